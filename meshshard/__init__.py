@@ -1,0 +1,68 @@
+"""meshshard: domain decomposition of meshes and point clouds for PyTorch.
+
+Split one huge mesh or point cloud into uneven shards, give every rank its owned plus ghost
+nodes, and run kNN, message passing and variable-size collectives across ranks with exact
+gradients: a sharded run gives the numbers of a single-process run on the whole mesh.
+
+Top-level names are imported lazily, so ``import meshshard`` stays cheap and the pure
+single-process parts (io, partitioners) never pull in the distributed stack.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    # layer 1: io and partitioners
+    "Mesh": "meshshard.io",
+    "read_mesh": "meshshard.io",
+    "knn_graph": "meshshard.io",
+    "Partition": "meshshard.partitioners",
+    "partition": "meshshard.partitioners",
+    "partition_quality": "meshshard.partitioners",
+    # layer 0: process groups and placements
+    "init_distributed": "meshshard.distributed",
+    "destroy_distributed": "meshshard.distributed",
+    "get_rank": "meshshard.distributed",
+    "get_world_size": "meshshard.distributed",
+    "DeviceMesh": "meshshard.distributed",
+    "init_device_mesh": "meshshard.distributed",
+    "Shard": "meshshard.distributed",
+    "Replicate": "meshshard.distributed",
+    "Partial": "meshshard.distributed",
+    # layer 2: tensor and graph
+    "ShardTensor": "meshshard.tensor",
+    "scatter_tensor": "meshshard.tensor",
+    "ShardedGraph": "meshshard.graph",
+}
+
+_SUBMODULES = {"io", "partitioners", "distributed", "tensor", "graph", "ops", "models", "datasets", "viz", "cli", "testing"}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        module = importlib.import_module(f"meshshard.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'meshshard' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
+
+
+if TYPE_CHECKING:  # pragma: no cover - for static analysers only
+    from meshshard.distributed import (DeviceMesh, Partial, Replicate, Shard, destroy_distributed,
+                                       get_rank, get_world_size, init_device_mesh, init_distributed)
+    from meshshard.graph import ShardedGraph
+    from meshshard.io import Mesh, knn_graph, read_mesh
+    from meshshard.partitioners import Partition, partition, partition_quality
+    from meshshard.tensor import ShardTensor, scatter_tensor

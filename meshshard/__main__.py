@@ -1,0 +1,5 @@
+import sys
+
+from meshshard.cli import main
+
+sys.exit(main())

@@ -1,0 +1,64 @@
+"""The ``meshshard`` command.
+
+Each sub-command lives in its own module ``meshshard/cli/<name>.py`` that defines ``HELP`` (one
+line), ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only when their
+command runs, so ``meshshard --help`` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+__all__ = ["main", "build_parser", "COMMANDS"]
+
+COMMANDS = {
+    "partition": "split a mesh or point cloud into shards and write them (DESIGN.md's format)",
+    "preprocess": "turn a dataset of meshes with fields into sharded training data",
+    "info": "show the sizes and quality report of a shard folder and verify its checksums",
+    "plot": "draw a partition: cells coloured by part, ghost nodes marked, part sizes",
+    "demo": "partition a real CFD mesh, train MeshGraphNet sharded vs. single-process, compare",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from meshshard import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="meshshard",
+        description="Domain decomposition of meshes and point clouds for PyTorch.",
+    )
+    parser.add_argument("--version", action="version", version=f"meshshard {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=f"meshshard.cli.{name}")
+        # Arguments are added only for the command being run (and for `COMMAND --help`).
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv or argv[0] not in COMMANDS:
+        args = parser.parse_args(argv)
+        parser.print_help()
+        return 0 if not argv else 2
+    name = argv[0]
+    module = importlib.import_module(f"meshshard.cli.{name}")
+    cmd_parser = argparse.ArgumentParser(prog=f"meshshard {name}", description=getattr(module, "HELP", COMMANDS[name]))
+    module.add_arguments(cmd_parser)
+    args = cmd_parser.parse_args(argv[1:])
+    try:
+        return int(module.run(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"meshshard {name}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"meshshard {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

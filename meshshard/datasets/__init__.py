@@ -1,0 +1,3 @@
+"""meshshard.datasets."""
+
+__all__ = []

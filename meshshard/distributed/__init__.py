@@ -1,0 +1,83 @@
+"""Layer 0: the one place in meshshard that talks to :mod:`torch.distributed`.
+
+Everything above this layer (tensor, graph, ops, models) moves data between ranks through the
+functions re-exported here, so that gloo (CPU) and NCCL (GPU) share one code path and so that every
+function also works in a plain single process with no process group (world size 1).
+"""
+from meshshard.distributed.process_group import (
+    init_distributed,
+    destroy_distributed,
+    is_initialized,
+    get_rank,
+    get_world_size,
+    get_backend,
+    comm_device,
+    local_rank,
+)
+from meshshard.distributed.comm import (
+    ReduceOp,
+    ProcessGroup,
+    P2POp,
+    all_to_all_single,
+    all_gather_into_tensor,
+    all_gather_sizes,
+    all_gather_object,
+    all_reduce,
+    broadcast,
+    barrier,
+    batch_isend_irecv,
+    isend,
+    irecv,
+    new_group,
+    check_same_across_ranks,
+    CollectiveMismatchError,
+)
+from meshshard.distributed.dtensor import (
+    DTensor,
+    DeviceMesh,
+    DTensorSpec,
+    TensorMeta,
+    Placement,
+    Shard,
+    Replicate,
+    Partial,
+    init_device_mesh,
+    default_device_mesh,
+)
+
+__all__ = [
+    "init_distributed",
+    "destroy_distributed",
+    "is_initialized",
+    "get_rank",
+    "get_world_size",
+    "get_backend",
+    "comm_device",
+    "local_rank",
+    "ReduceOp",
+    "ProcessGroup",
+    "P2POp",
+    "all_to_all_single",
+    "all_gather_into_tensor",
+    "all_gather_sizes",
+    "all_gather_object",
+    "all_reduce",
+    "broadcast",
+    "barrier",
+    "batch_isend_irecv",
+    "isend",
+    "irecv",
+    "new_group",
+    "check_same_across_ranks",
+    "CollectiveMismatchError",
+    "DTensor",
+    "DeviceMesh",
+    "DTensorSpec",
+    "TensorMeta",
+    "Placement",
+    "Shard",
+    "Replicate",
+    "Partial",
+    "init_device_mesh",
+    "default_device_mesh",
+]

@@ -1,0 +1,204 @@
+"""Raw (non-differentiable) collectives, safe on gloo and NCCL alike.
+
+Only collectives that gloo runs with uneven sizes are used: ``all_to_all_single`` with split
+sizes, ``all_gather_into_tensor``, ``all_reduce``, ``broadcast`` and point-to-point
+``isend``/``irecv``. Every function also works without a process group (world size 1).
+Tensors are moved to :func:`comm_device` for the call and results returned on the input's device.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import torch
+import torch.distributed as dist
+from torch.distributed import P2POp, ProcessGroup, ReduceOp
+
+from meshshard.distributed.process_group import comm_device, get_rank, get_world_size, is_initialized
+
+__all__ = [
+    "ReduceOp",
+    "ProcessGroup",
+    "P2POp",
+    "CollectiveMismatchError",
+    "all_to_all_single",
+    "all_gather_into_tensor",
+    "all_gather_sizes",
+    "all_gather_object",
+    "all_reduce",
+    "broadcast",
+    "barrier",
+    "batch_isend_irecv",
+    "isend",
+    "irecv",
+    "new_group",
+    "check_same_across_ranks",
+]
+
+
+# torch >= 2.10 renamed all_gather_into_tensor; keep both working for torch>=2.4 users.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+class CollectiveMismatchError(ValueError):
+    """Ranks handed a collective inputs that do not fit together (raised on every rank)."""
+
+
+def _single(group) -> bool:
+    return not is_initialized() or get_world_size(group) == 1
+
+
+def _to_comm(t: torch.Tensor, group) -> torch.Tensor:
+    dev = comm_device(group)
+    return t if t.device == dev else t.to(dev)
+
+
+def all_to_all_single(
+    input: torch.Tensor,
+    output_split_sizes: Optional[Sequence[int]] = None,
+    input_split_sizes: Optional[Sequence[int]] = None,
+    group=None,
+    output: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Uneven all-to-all along dim 0: rank ``r`` sends ``input_split_sizes[j]`` rows to rank ``j``
+    and receives ``output_split_sizes[j]`` rows from rank ``j``.
+
+    Args:
+        input: ``[sum(input_split_sizes), *]``.
+        output_split_sizes: rows received from each rank (``None``: even split).
+        input_split_sizes: rows sent to each rank (``None``: even split).
+        output: optional preallocated ``[sum(output_split_sizes), *]`` buffer.
+
+    Returns:
+        ``[sum(output_split_sizes), *]`` on ``input``'s device.
+    """
+    input = input.contiguous()
+    if _single(group):
+        if output is None:
+            return input.clone()
+        output.copy_(input)
+        return output
+    rows = sum(output_split_sizes) if output_split_sizes is not None else input.shape[0]
+    dev_in = _to_comm(input, group)
+    out = torch.empty((rows,) + tuple(input.shape[1:]), dtype=input.dtype, device=dev_in.device)
+    dist.all_to_all_single(
+        out,
+        dev_in,
+        output_split_sizes=list(map(int, output_split_sizes)) if output_split_sizes is not None else None,
+        input_split_sizes=list(map(int, input_split_sizes)) if input_split_sizes is not None else None,
+        group=group,
+    )
+    out = out.to(input.device)
+    if output is not None:
+        output.copy_(out)
+        return output
+    return out
+
+
+def all_gather_into_tensor(input: torch.Tensor, group=None) -> torch.Tensor:
+    """Concatenate every rank's equally shaped ``input`` along a new leading dim: ``[W, *input.shape]``."""
+    input = input.contiguous()
+    world = get_world_size(group)
+    if _single(group):
+        return input.unsqueeze(0).clone()
+    # gloo wants the output concatenated along dim 0, not stacked: gather flat rows, then view.
+    dev_in = _to_comm(input, group).reshape(1, -1)
+    out = torch.empty((world, dev_in.shape[1]), dtype=input.dtype, device=dev_in.device)
+    _all_gather_single(out, dev_in, group=group)
+    return out.view((world,) + tuple(input.shape)).to(input.device)
+
+
+def all_gather_sizes(values: Sequence[int] | torch.Tensor, group=None) -> torch.Tensor:
+    """All-gather a short vector of integers (shapes, counts) from every rank.
+
+    Args:
+        values: ``k`` integers; every rank must pass the same ``k``.
+
+    Returns:
+        CPU ``LongTensor [W, k]``; row ``r`` holds rank ``r``'s values.
+    """
+    t = torch.as_tensor(values, dtype=torch.int64).reshape(-1)
+    return all_gather_into_tensor(t, group).cpu()
+
+
+def all_gather_object(obj, group=None) -> List:
+    """Gather a picklable object from every rank (for metadata only, never for tensor payloads)."""
+    if _single(group):
+        return [obj]
+    out = [None] * get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+def all_reduce(t: torch.Tensor, op=ReduceOp.SUM, group=None) -> torch.Tensor:
+    """In-place all-reduce of ``t`` (also returned)."""
+    if _single(group):
+        return t
+    dev_t = _to_comm(t, group)
+    dist.all_reduce(dev_t, op=op, group=group)
+    if dev_t is not t:
+        t.copy_(dev_t)
+    return t
+
+
+def broadcast(t: torch.Tensor, src: int = 0, group=None) -> torch.Tensor:
+    """In-place broadcast of ``t`` from global rank ``src`` (also returned)."""
+    if _single(group):
+        return t
+    dev_t = _to_comm(t, group)
+    dist.broadcast(dev_t, src=src, group=group)
+    if dev_t is not t:
+        t.copy_(dev_t)
+    return t
+
+
+def barrier(group=None) -> None:
+    """Block until every rank of ``group`` arrives (no-op in a single process)."""
+    if not _single(group):
+        dist.barrier(group=group)
+
+
+def isend(t: torch.Tensor, dst: int, group=None, tag: int = 0):
+    """Non-blocking send to global rank ``dst``; returns a work handle."""
+    return dist.isend(t.contiguous(), dst=dst, group=group, tag=tag)
+
+
+def irecv(t: torch.Tensor, src: int, group=None, tag: int = 0):
+    """Non-blocking receive into ``t`` from global rank ``src``; returns a work handle."""
+    return dist.irecv(t, src=src, group=group, tag=tag)
+
+
+def batch_isend_irecv(ops: List[P2POp]) -> list:
+    """Start a batch of point-to-point ops; returns their work handles (an empty batch is allowed)."""
+    if not ops:
+        return []
+    return dist.batch_isend_irecv(ops)
+
+
+def new_group(ranks: Optional[Sequence[int]] = None, **kwargs):
+    """Create a sub-group (every rank must call it)."""
+    return dist.new_group(ranks=list(ranks) if ranks is not None else None, **kwargs)
+
+
+def check_same_across_ranks(values: Sequence[int], what: str, names: Optional[Sequence[str]] = None, group=None) -> torch.Tensor:
+    """Raise :class:`CollectiveMismatchError` on *every* rank unless all ranks pass equal ``values``.
+
+    A collective whose ranks disagree on dtype or trailing shape would hang or corrupt memory;
+    one tiny all-gather first turns that into the same clear error everywhere.
+
+    Args:
+        values: integers that must agree (e.g. dtype code, ndim, feature sizes).
+        what: the name of the calling operation, for the message.
+        names: optional names of the values, for the message.
+
+    Returns:
+        The gathered ``LongTensor [W, k]``.
+    """
+    table = all_gather_sizes(values, group)
+    if not bool((table == table[0]).all()):
+        names = list(names) if names is not None else [f"value{i}" for i in range(table.shape[1])]
+        rows = "; ".join(
+            f"rank {r}: " + ", ".join(f"{n}={int(v)}" for n, v in zip(names, table[r].tolist()))
+            for r in range(table.shape[0])
+        )
+        raise CollectiveMismatchError(f"{what}: ranks passed inputs that do not match ({rows})")
+    return table

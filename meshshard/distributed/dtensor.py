@@ -1,0 +1,40 @@
+"""DTensor building blocks, re-exported so that upper layers never import torch.distributed."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Placement, Replicate, Shard
+from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+
+from meshshard.distributed.process_group import comm_device, get_world_size, is_initialized
+
+__all__ = [
+    "DTensor",
+    "DeviceMesh",
+    "DTensorSpec",
+    "TensorMeta",
+    "Placement",
+    "Shard",
+    "Replicate",
+    "Partial",
+    "init_device_mesh",
+    "default_device_mesh",
+]
+
+
+def default_device_mesh(device_type: Optional[str] = None) -> DeviceMesh:
+    """A 1-D :class:`DeviceMesh` over every rank of the default group.
+
+    In a single process with no process group this starts a one-rank gloo group on a private
+    store first, because a DeviceMesh cannot exist without one.
+    """
+    if not is_initialized():
+        import torch.distributed as dist
+
+        store = dist.HashStore()
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    if device_type is None:
+        device_type = comm_device().type
+    return init_device_mesh(device_type, (get_world_size(),))

@@ -1,0 +1,3 @@
+"""meshshard.graph."""
+
+__all__ = []

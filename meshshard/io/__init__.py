@@ -1,0 +1,3 @@
+"""meshshard.io."""
+
+__all__ = []

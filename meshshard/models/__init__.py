@@ -1,0 +1,3 @@
+"""meshshard.models."""
+
+__all__ = []

@@ -1,0 +1,35 @@
+"""Layer 3: differentiable collectives, halo exchange, sharded kNN, sharded message passing.
+
+The variable-size collectives keep PhysicsNeMo's ``physicsnemo.distributed`` signatures, so code
+written against it ports by changing the import. They are implemented in layer 0
+(:mod:`meshshard.distributed.autograd`) because ShardTensor (layer 2) needs them too.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "all_gather_v": "meshshard.distributed.autograd",
+    "gather_v": "meshshard.distributed.autograd",
+    "scatter_v": "meshshard.distributed.autograd",
+    "all_to_all_v": "meshshard.distributed.autograd",
+    "indexed_all_to_all_v": "meshshard.distributed.autograd",
+    "all_reduce_v": "meshshard.distributed.autograd",
+    "sharded_knn": "meshshard.ops.knn",
+    "sharded_radius_graph": "meshshard.ops.knn",
+    "ShardedConv": "meshshard.ops.conv",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'meshshard.ops' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

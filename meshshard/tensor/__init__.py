@@ -1,0 +1,3 @@
+"""meshshard.tensor."""
+
+__all__ = []

@@ -1,0 +1,3 @@
+"""meshshard.viz."""
+
+__all__ = []
