@@ -1,3 +1,13 @@
-"""meshshard.io."""
+"""meshshard.io: read meshes and point clouds, and build their node graphs (layer 1, single process).
 
-__all__ = []
+- :func:`read_mesh` reads any meshio format (.vtu .vtk .msh .su2 .xdmf ...) and .npz/.npy clouds.
+- :class:`Mesh` holds points, volume cells, boundary cells, named node sets and point data;
+  :meth:`Mesh.edge_index` turns mixed-element connectivity into an undirected graph.
+- :func:`knn_graph` builds a deterministic k-nearest-neighbour graph for point clouds.
+"""
+from meshshard.io.cell_edges import CELL_EDGES, edge_index_from_cells
+from meshshard.io.knn import knn_graph
+from meshshard.io.mesh import Mesh
+from meshshard.io.read import read_mesh, supported_suffixes
+
+__all__ = ["Mesh", "read_mesh", "knn_graph", "supported_suffixes", "edge_index_from_cells", "CELL_EDGES"]

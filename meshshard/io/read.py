@@ -1,0 +1,198 @@
+"""``read_mesh``: any meshio format, plus ``.npz`` / ``.npy`` point clouds, into a :class:`Mesh`."""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Dict, List, Optional, Union
+
+import numpy as np
+
+from meshshard._optional import require
+from meshshard.io.cell_edges import topological_dim
+from meshshard.io.mesh import Mesh
+
+__all__ = ["read_mesh", "supported_suffixes"]
+
+PathLike = Union[str, os.PathLike]
+
+# meshio notes that are expected and carry no information for us: SU2 FFD sections it skips,
+# and string marker names it renumbers (we recover the names ourselves, see _su2_marker_names).
+_HARMLESS = ("could not parse line", "does not support tags of string type", "will be replaced by", "skipping")
+
+
+def supported_suffixes() -> List[str]:
+    """File suffixes :func:`read_mesh` understands (meshio's plus ``.npz`` / ``.npy``)."""
+    import meshio
+
+    return sorted(set(meshio.extension_to_filetypes) | {".npz", ".npy"})
+
+
+def read_mesh(path: PathLike, file_format: Optional[str] = None) -> Mesh:
+    """Read a mesh or point cloud.
+
+    Args:
+        path: a file meshio reads (``.vtu .vtk .msh .su2 .xdmf ...``), or a ``.npz`` with an
+            array ``points`` [N, d] (every other array with N rows becomes ``point_data``), or a
+            ``.npy`` array [N, d] of points.
+        file_format: meshio format name, to override the guess from the suffix.
+
+    Returns:
+        :class:`Mesh` with float64 points [N, d] (d = 2 when the mesh is planar: a zero z column of
+        a 2D mesh is dropped), volume ``cells``, ``boundary_cells``, ``cell_sets``/``node_sets``
+        (SU2 markers by name), ``point_data``.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the file cannot be read as a mesh (message names file, format and suffixes).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"mesh file not found: {path}")
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory, not a mesh file")
+    suffix = path.suffix.lower()
+    if file_format is None and suffix in (".npz", ".npy"):
+        return _read_numpy(path)
+    return _read_meshio(path, file_format)
+
+
+def _read_error(path: Path, fmt: str, why: str) -> ValueError:
+    return ValueError(
+        f"cannot read mesh file {path} as format {fmt!r}: {why}. "
+        f"Supported suffixes: {' '.join(supported_suffixes())}"
+    )
+
+
+def _read_numpy(path: Path) -> Mesh:
+    fmt = path.suffix.lower().lstrip(".")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except Exception as exc:  # corrupt archive, pickled object arrays, ...
+        raise _read_error(path, fmt, f"{type(exc).__name__}: {exc}") from exc
+    if isinstance(data, np.ndarray):  # .npy
+        return _mesh_from_arrays(path, fmt, data, {})
+    with data:
+        arrays = {k: data[k] for k in data.files}
+    key = "points" if "points" in arrays else "pos" if "pos" in arrays else None
+    if key is None:
+        raise _read_error(path, fmt, f"no array named 'points' (arrays: {sorted(arrays)})")
+    points = arrays.pop(key)
+    n = points.shape[0] if points.ndim >= 1 else -1
+    fields = {k: v for k, v in arrays.items() if v.ndim >= 1 and v.shape[0] == n}
+    return _mesh_from_arrays(path, fmt, points, fields)
+
+
+def _mesh_from_arrays(path: Path, fmt: str, points: np.ndarray, fields) -> Mesh:
+    try:
+        return Mesh(points, point_data=fields, source=path)
+    except (TypeError, ValueError) as exc:
+        raise _read_error(path, fmt, str(exc)) from exc
+
+
+def _read_meshio(path: Path, file_format: Optional[str]) -> Mesh:
+    import meshio
+
+    fmt = file_format or path.suffix.lower() or "(no suffix)"
+    captured = io.StringIO()
+    try:
+        # meshio prints notes through rich to stderr, and some read errors to stdout
+        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
+            m = meshio.read(path, file_format=file_format)
+    except SystemExit as exc:  # meshio calls sys.exit(1) when no reader accepts the file
+        why = " ".join(captured.getvalue().split()) or "meshio rejected the file"
+        raise _read_error(path, fmt, why) from exc
+    except ModuleNotFoundError as exc:  # e.g. h5py for HDF5-backed XDMF: say how to install it
+        require(exc.name or str(exc), f"reading {path.name}")
+        raise
+    except Exception as exc:  # meshio raises ReadError, ValueError, IndexError, ... on bad files
+        raise _read_error(path, fmt, f"{type(exc).__name__}: {exc}") from exc
+    _forward_meshio_notes(captured.getvalue(), path)
+    if len(m.points) == 0:
+        raise _read_error(path, fmt, "the file holds no points")
+
+    # Concatenate blocks of one type (gmsh splits cells by entity), remembering each block's offset.
+    by_type: Dict[str, List[np.ndarray]] = {}
+    block_pos = []  # (type, offset of the block inside its type)
+    for block in m.cells:
+        chunks = by_type.setdefault(block.type, [])
+        block_pos.append((block.type, sum(len(c) for c in chunks)))
+        chunks.append(np.asarray(block.data, dtype=np.int64))
+    all_cells = {t: np.concatenate(c) if len(c) > 1 else c[0] for t, c in by_type.items()}
+    dims = {t: topological_dim(t) for t in all_cells}
+    top = max((d for d in dims.values() if d >= 1), default=None)
+    cells = {t: c for t, c in all_cells.items() if top is not None and dims[t] == top}
+    boundary = {t: c for t, c in all_cells.items() if t not in cells}
+
+    points = np.asarray(m.points, dtype=np.float64)
+    if points.ndim == 2 and points.shape[1] == 3 and (top is None or top <= 2) and not points[:, 2].any():
+        points = points[:, :2]  # planar mesh stored with a zero z column (VTK always writes 3D)
+
+    cell_sets = _cell_sets(m, path, block_pos)
+    point_data = {k: np.asarray(v) for k, v in m.point_data.items()}
+    try:
+        return Mesh(points, cells=cells, boundary_cells=boundary, cell_sets=cell_sets,
+                    point_data=point_data, source=path)
+    except (TypeError, ValueError) as exc:
+        raise _read_error(path, fmt, str(exc)) from exc
+
+
+def _forward_meshio_notes(text: str, path: Path) -> None:
+    """Re-emit meshio's stderr notes as Python warnings, minus the known harmless ones."""
+    if not text.strip():
+        return
+    kept = [blk.strip() for blk in re.split(r"(?m)^(?=Warning:|Error:)", text)
+            if blk.strip() and not any(h in blk for h in _HARMLESS)]
+    for note in kept:
+        warnings.warn(f"meshio, reading {path.name}: {note}", stacklevel=3)
+
+
+def _cell_sets(m, path: Path, block_pos) -> Dict[str, Dict[str, np.ndarray]]:
+    """Named cell sets as {name: {cell type: row indices into that type's concatenated cells}}."""
+    raw: Dict[str, List[Optional[np.ndarray]]] = {}
+    if m.cell_sets:
+        raw = {name: list(blocks) for name, blocks in m.cell_sets.items()}
+    elif "su2:tag" in m.cell_data:
+        names = _su2_marker_names(path)
+        for name, tag in names.items():
+            raw[name] = [np.flatnonzero(np.asarray(tags) == tag) for tags in m.cell_data["su2:tag"]]
+    elif "gmsh:physical" in m.cell_data and m.field_data:
+        for name, (tag, *_rest) in ((k, np.atleast_1d(v)) for k, v in m.field_data.items()):
+            raw[name] = [np.flatnonzero(np.asarray(tags) == tag) for tags in m.cell_data["gmsh:physical"]]
+    out: Dict[str, Dict[str, np.ndarray]] = {}
+    for name, blocks in raw.items():
+        per_type: Dict[str, List[np.ndarray]] = {}
+        for (ctype, offset), idx in zip(block_pos, blocks):
+            if idx is None or len(idx) == 0:
+                continue
+            per_type.setdefault(ctype, []).append(np.asarray(idx, dtype=np.int64) + offset)
+        if per_type:
+            out[str(name)] = {t: np.concatenate(v) for t, v in per_type.items()}
+    return out
+
+
+def _su2_marker_names(path: Path) -> Dict[str, int]:
+    """Marker name -> the integer tag meshio gave it (meshio numbers string tags 1, 2, ... in order)."""
+    names: Dict[str, int] = {}
+    next_id = 0
+    opener = open
+    if path.suffix.lower() == ".gz":
+        import gzip
+
+        opener = gzip.open
+    with opener(path, "rt", errors="replace") as f:
+        for line in f:
+            s = line.strip()
+            if not s.startswith("MARKER_TAG"):
+                continue
+            _, _, tag = s.partition("=")
+            tag = tag.strip()
+            try:
+                next_id = int(tag)
+            except ValueError:
+                next_id += 1
+            names[tag] = next_id
+    return names
