@@ -1,0 +1,156 @@
+"""Halo (ghost node) construction: which nodes and edges a rank needs for ``k`` message-passing layers.
+
+Pure single-process functions on a global graph; :mod:`meshshard.graph.sharded_graph` adds the
+distributed construction for ranks that hold only their own edges.
+
+Terminology. A rank *owns* a set of nodes. Its *ring* ``0`` is the owned set; ring ``h`` holds the
+nodes at in-edge distance ``h`` from it (sources of edges whose target is in ring ``h - 1``, not
+already in an inner ring). With ``halo_hops = k`` a rank keeps rings ``0..k`` as local nodes and
+every edge whose target lies in rings ``0..k-1``: exactly what ``k`` message-passing layers need to
+compute owned outputs without another exchange (layer ``l`` is exact on rings ``0..k-l``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List
+
+import torch
+
+__all__ = ["HaloLayout", "check_edge_index", "build_halo", "order_layout"]
+
+
+@dataclass
+class HaloLayout:
+    """One rank's local view, in local ids (owned rows first, then ghosts grouped by owner rank).
+
+    Attributes:
+        owned_ids: ``LongTensor [n_own]`` global ids of owned nodes (local rows ``0..n_own-1``).
+        ghost_ids: ``LongTensor [n_ghost]`` global ids of ghosts (local rows ``n_own..``), grouped by
+            owner rank (ascending), inside a group in the owner's local row order.
+        ghost_owner: ``LongTensor [n_ghost]`` owner rank of each ghost.
+        ghost_owner_index: ``LongTensor [n_ghost]`` row of each ghost in its owner's owned rows.
+        node_hop: ``LongTensor [n_own + n_ghost]`` ring of every local node (0 = owned).
+        edge_index: ``LongTensor [2, E_local]`` local ids, sorted by the ring of the target (stable).
+        edge_ids: ``LongTensor [E_local]`` position of each local edge in the global edge list.
+        edge_hop_ptr: ``LongTensor [k + 1]``: edges ``edge_hop_ptr[h]:edge_hop_ptr[h+1]`` have a
+            target in ring ``h``.
+    """
+
+    owned_ids: torch.Tensor
+    ghost_ids: torch.Tensor
+    ghost_owner: torch.Tensor
+    ghost_owner_index: torch.Tensor
+    node_hop: torch.Tensor
+    edge_index: torch.Tensor
+    edge_ids: torch.Tensor
+    edge_hop_ptr: torch.Tensor
+
+
+def check_edge_index(edge_index: torch.Tensor, num_nodes: int, what: str = "edge_index") -> torch.Tensor:
+    """Validate ``[2, E]`` integer node ids in ``[0, num_nodes)``; return it as a CPU LongTensor."""
+    if not isinstance(edge_index, torch.Tensor):
+        edge_index = torch.as_tensor(edge_index)
+    if edge_index.dtype.is_floating_point or edge_index.dtype == torch.bool or edge_index.is_complex():
+        raise TypeError(f"{what} must hold integer node ids, got dtype {edge_index.dtype}")
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise ValueError(f"{what} must have shape [2, E], got {tuple(edge_index.shape)}")
+    edge_index = edge_index.to(device="cpu", dtype=torch.long)
+    if edge_index.numel():
+        lo, hi = int(edge_index.min()), int(edge_index.max())
+        if lo < 0 or hi >= num_nodes:
+            raise ValueError(
+                f"{what} holds node ids outside [0, {num_nodes}): min {lo}, max {hi} "
+                f"(does the partition/sizes cover every node?)"
+            )
+    return edge_index
+
+
+def order_layout(
+    owned_ids: torch.Tensor,
+    ring_ids: List[torch.Tensor],
+    owner_of,
+    owner_index_of,
+    edge_src: torch.Tensor,
+    edge_dst: torch.Tensor,
+    edge_ids: torch.Tensor,
+    edge_target_hop: torch.Tensor,
+    num_hops: int,
+) -> HaloLayout:
+    """Assemble a :class:`HaloLayout` from rings of global ids and the kept edges (global ids).
+
+    Args:
+        owned_ids: global ids of owned nodes, in local row order.
+        ring_ids: ``num_hops`` tensors: global ids of rings ``1..num_hops``.
+        owner_of / owner_index_of: callables mapping a LongTensor of global ids to owner ranks /
+            rows in the owner.
+        edge_src, edge_dst, edge_ids: kept edges (global ids) and their global positions.
+        edge_target_hop: ring of each kept edge's target.
+    """
+    ghost_ids = torch.cat(ring_ids) if ring_ids else owned_ids.new_empty(0)
+    ghost_hop = torch.cat([torch.full((r.numel(),), h + 1, dtype=torch.long) for h, r in enumerate(ring_ids)]) if ring_ids else owned_ids.new_empty(0)
+    owner = owner_of(ghost_ids)
+    owner_index = owner_index_of(ghost_ids)
+    # Group ghosts by owner, then by row in the owner: the order the owner sends them in.
+    big = int(owner_index.max()) + 1 if owner_index.numel() else 1
+    order = torch.argsort(owner * big + owner_index)
+    ghost_ids, ghost_hop, owner, owner_index = ghost_ids[order], ghost_hop[order], owner[order], owner_index[order]
+
+    local_gids = torch.cat([owned_ids, ghost_ids])
+    sorted_gids, sort_pos = torch.sort(local_gids)
+
+    def to_local(g: torch.Tensor) -> torch.Tensor:
+        pos = torch.searchsorted(sorted_gids, g)
+        return sort_pos[pos]
+
+    eorder = torch.sort(edge_target_hop, stable=True).indices
+    src, dst, eids, ehop = edge_src[eorder], edge_dst[eorder], edge_ids[eorder], edge_target_hop[eorder]
+    local_ei = torch.stack([to_local(src), to_local(dst)]) if src.numel() else torch.empty(2, 0, dtype=torch.long)
+    counts = torch.bincount(ehop, minlength=num_hops)[:num_hops]
+    ptr = torch.zeros(num_hops + 1, dtype=torch.long)
+    ptr[1:] = torch.cumsum(counts, 0)
+    node_hop = torch.cat([torch.zeros(owned_ids.numel(), dtype=torch.long), ghost_hop])
+    return HaloLayout(owned_ids, ghost_ids, owner, owner_index, node_hop, local_ei, eids, ptr)
+
+
+def build_halo(edge_index: torch.Tensor, partition, rank: int, num_hops: int = 1, local_index=None) -> HaloLayout:
+    """Owned + ghost nodes and local edges of part ``rank`` from the global graph.
+
+    Args:
+        edge_index: ``LongTensor [2, E]`` global edges (row 0 source, row 1 target), validated.
+        partition: a :class:`meshshard.partitioners.Partition` over the same ``N`` nodes.
+        rank: the part to build.
+        num_hops: halo depth ``k >= 1``.
+        local_index: optional ``partition.local_index()`` (pass it when building many parts).
+
+    Returns:
+        :class:`HaloLayout`.
+    """
+    n = partition.num_nodes
+    owned = partition.part_nodes(rank)
+    src, dst = edge_index[0], edge_index[1]
+    hop_of = torch.full((n,), -1, dtype=torch.long)
+    hop_of[owned] = 0
+    rings: List[torch.Tensor] = []
+    for h in range(1, num_hops + 1):
+        # Sources of edges into ring h-1 that are not yet local form ring h.
+        into_prev = hop_of[dst] == h - 1
+        cand = src[into_prev]
+        new = torch.unique(cand[hop_of[cand] < 0])
+        hop_of[new] = h
+        rings.append(new)
+    target_hop = hop_of[dst]
+    keep = (target_hop >= 0) & (target_hop < num_hops)
+    eids = keep.nonzero().view(-1)
+    if local_index is None:
+        local_index = partition.local_index()
+    return order_layout(
+        owned,
+        rings,
+        lambda g: partition.assignment[g],
+        lambda g: local_index[g],
+        src[eids],
+        dst[eids],
+        eids,
+        target_hop[eids],
+        num_hops,
+    )
