@@ -1,0 +1,122 @@
+"""Data-parallel glue for a model whose parameters are replicated on every rank of a sharded mesh.
+
+Every rank holds the same parameters and a different piece of the mesh. The loss of the whole mesh
+is a sum over ranks, so the gradient of the whole-mesh loss is the SUM over ranks of each rank's
+gradient (the halo exchange's backward already routes ghost contributions to their owners). After
+:func:`all_reduce_gradients`, one optimizer step keeps the replicas equal.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import nn
+
+from meshshard.distributed import ReduceOp, all_reduce, broadcast, get_world_size
+
+__all__ = ["global_mse_loss", "global_sum_and_count", "all_reduce_gradients", "broadcast_parameters"]
+
+
+class _AddConstant(torch.autograd.Function):
+    """``x + c`` where ``c`` is a value computed elsewhere (no gradient), keeping x's gradient."""
+
+    @staticmethod
+    def forward(ctx, x, c):
+        return x + c
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def global_sum_and_count(local_sum: torch.Tensor, local_count: int, group=None):
+    """All-reduce a scalar sum and an element count in float64.
+
+    Returns:
+        ``(global_sum, global_count)`` as float64 CPU/device scalars (no gradient).
+    """
+    buf = torch.stack([local_sum.detach().to(torch.float64).reshape(()),
+                       torch.tensor(float(local_count), dtype=torch.float64, device=local_sum.device)])
+    all_reduce(buf, ReduceOp.SUM, group=group)
+    return buf[0], buf[1]
+
+
+def global_mse_loss(pred: torch.Tensor, target: torch.Tensor, group=None, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""Mean squared error over the rows of EVERY rank: the loss of the whole mesh.
+
+    Each rank passes its owned rows. The value returned on every rank is
+    ``sum_r sum_i ||pred_i - target_i||^2 / (N_global * C)``; its gradient on a rank is the
+    gradient of that rank's own share (``local_sum / (N_global * C)``), so that summing parameter
+    gradients over ranks (:func:`all_reduce_gradients`) gives the gradient of the global loss.
+    Without a process group this is ``torch.nn.functional.mse_loss``.
+
+    Args:
+        pred: ``[n_owned, C]`` predictions for this rank's owned nodes.
+        target: same shape.
+        group: process group (default: the world).
+        mask: optional bool ``[n_owned]``: only these rows count (e.g. interior nodes).
+
+    Returns:
+        scalar tensor (``pred``'s dtype).
+    """
+    if pred.shape != target.shape:
+        raise ValueError(f"global_mse_loss: pred has shape {tuple(pred.shape)} but target has {tuple(target.shape)}")
+    sq = (pred - target.to(pred.dtype)).pow(2)
+    if mask is not None:
+        if mask.dtype != torch.bool or mask.shape != pred.shape[:1]:
+            raise ValueError(f"mask must be a bool tensor of shape [{pred.shape[0]}], got {mask.dtype} {tuple(mask.shape)}")
+        sq = sq[mask]
+    local_sum = sq.sum()
+    g_sum, g_count = global_sum_and_count(local_sum, sq.numel(), group)
+    if float(g_count) == 0:
+        raise ValueError("global_mse_loss: no rows on any rank (empty prediction everywhere)")
+    count = g_count.to(pred.dtype)
+    share = local_sum / count
+    # value = global mean; gradient = this rank's share only (the other ranks' shares are theirs).
+    rest = ((g_sum - local_sum.detach().to(torch.float64)) / g_count).to(pred.dtype)
+    return _AddConstant.apply(share, rest)
+
+
+def all_reduce_gradients(module: nn.Module, group=None) -> None:
+    """Sum every parameter's ``.grad`` over the ranks of ``group``, in one flat all-reduce.
+
+    Use after ``loss.backward()`` with a loss from :func:`global_mse_loss` (each rank's gradient
+    is its share of the global gradient). Parameters without a gradient count as zeros, so every
+    rank takes part in the same collective even when a parameter is unused on some rank.
+    """
+    if get_world_size(group) == 1:
+        return
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    all_reduce(flat, ReduceOp.SUM, group=group)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        chunk = flat[offset:offset + n].view_as(p)
+        if p.grad is None:
+            p.grad = chunk.clone()
+        else:
+            p.grad.copy_(chunk)
+        offset += n
+
+
+@torch.no_grad()
+def broadcast_parameters(module: nn.Module, src: int = 0, group=None) -> None:
+    """Copy ``src``'s parameters and buffers to every rank (so replicas start equal)."""
+    if get_world_size(group) == 1:
+        return
+    tensors = list(module.parameters()) + list(module.buffers())
+    by_dtype: dict = {}
+    for t in tensors:
+        by_dtype.setdefault((t.dtype, t.device), []).append(t)
+    for same in by_dtype.values():  # one broadcast per dtype: no lossy casts of integer buffers
+        flat = torch.cat([t.detach().reshape(-1) for t in same])
+        broadcast(flat, src=src, group=group)
+        offset = 0
+        for t in same:
+            n = t.numel()
+            t.copy_(flat[offset:offset + n].view_as(t))
+            offset += n
