@@ -146,7 +146,7 @@ class ShardedGraph:
             :class:`ShardedGraph`.
         """
         world = msd.get_world_size(group)
-        distributed = msd.is_initialized() and world > 1
+        distributed = msd.is_initialized()
 
         def validate():
             from meshshard.partitioners import Partition
