@@ -1,0 +1,497 @@
+"""Partition plots: cells (2D) or points/surfaces (3D) coloured by part, ghost nodes marked.
+
+Figures are made with :class:`matplotlib.figure.Figure` directly (no pyplot), so they render
+with Agg, need no display, and never touch a user's interactive backend.
+"""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from meshshard._fileutil import atomic_path
+from meshshard.io import Mesh
+from meshshard.io.cell_edges import topological_dim
+from meshshard.viz.colors import part_colormap, part_colors
+
+__all__ = ["plot_partition", "plot_part_sizes", "plot_partition_summary", "ghost_mask", "auto_zoom_box"]
+
+PathLike = Union[str, os.PathLike]
+Box = Tuple[float, float, float, float]
+
+# corner nodes of each 2D cell type in VTK order (quadratic types: their first corners)
+_CORNERS_2D = {"triangle": 3, "triangle6": 3, "quad": 4, "quad8": 4, "quad9": 4}
+_SURFACE_TYPES = {"triangle": 3, "triangle6": 3, "quad": 4, "quad8": 4, "quad9": 4}
+
+
+# ----------------------------------------------------------------------------- inputs
+
+def _points_and_mesh(mesh_or_points) -> Tuple[np.ndarray, Optional[Mesh]]:
+    if isinstance(mesh_or_points, Mesh):
+        return mesh_or_points.points, mesh_or_points
+    mesh = Mesh.from_points(mesh_or_points)  # validates [N, 2|3], finite
+    return mesh.points, None
+
+
+def _assignment(partition, n: int) -> Tuple[np.ndarray, int]:
+    if hasattr(partition, "assignment") and hasattr(partition, "num_parts"):
+        a, p = partition.assignment, int(partition.num_parts)
+    else:
+        a, p = partition, None
+    a = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+    if a.ndim != 1 or a.shape[0] != n:
+        raise ValueError(f"partition must assign every one of the {n} nodes, got shape {a.shape}")
+    if a.size and not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"partition assignment must hold integer part ids, got dtype {a.dtype}")
+    a = a.astype(np.int64)
+    if a.size and a.min() < 0:
+        raise ValueError("partition assignment holds negative part ids")
+    p = p if p is not None else int(a.max()) + 1 if a.size else 1
+    return a, p
+
+
+def ghost_mask(assignment, edge_index) -> np.ndarray:
+    """Nodes that are ghosts of some other part: they have an edge into a different part.
+
+    Args:
+        assignment: int [N] part id per node.
+        edge_index: int [2, E] node graph.
+
+    Returns:
+        bool numpy array [N].
+    """
+    a = np.asarray(assignment.cpu() if isinstance(assignment, torch.Tensor) else assignment, dtype=np.int64)
+    ei = np.asarray(edge_index.cpu() if isinstance(edge_index, torch.Tensor) else edge_index, dtype=np.int64)
+    if ei.ndim != 2 or ei.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape [2, E], got {ei.shape}")
+    mask = np.zeros(a.shape[0], dtype=bool)
+    if ei.size:
+        if ei.min() < 0 or ei.max() >= a.shape[0]:
+            raise ValueError(f"edge_index refers to nodes outside [0, {a.shape[0]})")
+        cut = a[ei[0]] != a[ei[1]]
+        mask[ei[0, cut]] = True
+        mask[ei[1, cut]] = True
+    return mask
+
+
+def _majority_part(conn: np.ndarray, assignment: np.ndarray) -> np.ndarray:
+    """Part of each cell: the part owning most of its nodes (ties: the lowest part id)."""
+    node_parts = assignment[conn]  # [C, k]
+    k = node_parts.shape[1]
+    counts = (node_parts[:, :, None] == node_parts[:, None, :]).sum(-1)  # votes for each column's part
+    best = counts.max(1, keepdims=True)
+    # among the most-voted parts pick the lowest id: mask the others with a large value
+    cand = np.where(counts == best, node_parts, np.iinfo(np.int64).max)
+    return cand.min(1) if k else np.zeros(len(conn), dtype=np.int64)
+
+
+def _fan_triangles(cells: dict, assignment: np.ndarray):
+    """Triangulate 2D cells by fans over their corners; return triangles [T, 3] and their part."""
+    tris, parts = [], []
+    for ctype, conn in cells.items():
+        if ctype in _CORNERS_2D:
+            corners = conn[:, : _CORNERS_2D[ctype]]
+        elif ctype.startswith("polygon"):
+            corners = conn
+        else:
+            raise ValueError(f"cannot draw 2D cell type {ctype!r}")
+        part = _majority_part(corners, assignment)
+        for i in range(1, corners.shape[1] - 1):
+            tris.append(corners[:, [0, i, i + 1]])
+            parts.append(part)
+    return np.concatenate(tris), np.concatenate(parts)
+
+
+def auto_zoom_box(points: np.ndarray, triangles: np.ndarray, fraction: float = 0.2) -> Optional[Box]:
+    """A box around the finest cells (e.g. the airfoil in a far-field mesh), or None.
+
+    Takes the ``fraction`` of triangles with the smallest area, boxes their nodes (1-99th
+    percentile, padded), and returns ``(xmin, xmax, ymin, ymax)`` only when that box covers less
+    than a quarter of the mesh's bounding box (otherwise a zoom shows nothing new).
+    """
+    p = points[:, :2]
+    a, b, c = p[triangles[:, 0]], p[triangles[:, 1]], p[triangles[:, 2]]
+    area = 0.5 * np.abs((b[:, 0] - a[:, 0]) * (c[:, 1] - a[:, 1]) - (b[:, 1] - a[:, 1]) * (c[:, 0] - a[:, 0]))
+    if len(area) < 20:
+        return None
+    small = triangles[area <= np.quantile(area, fraction)].reshape(-1)
+    q = p[small]
+    lo, hi = np.percentile(q, 1, axis=0), np.percentile(q, 99, axis=0)
+    span = np.maximum(hi - lo, 1e-12)
+    side = max(span) * 1.3  # a margin around the fine region, and not too flat a box
+    centre = (lo + hi) / 2
+    half = np.maximum(span * 0.65, side / 2 * np.array([1.0, 0.6]))
+    lo, hi = centre - half, centre + half
+    full = np.ptp(p, axis=0)
+    if np.prod(hi - lo) > 0.25 * np.prod(np.maximum(full, 1e-300)):
+        return None
+    return float(lo[0]), float(hi[0]), float(lo[1]), float(hi[1])
+
+
+def _subsample(n: int, max_points: int, seed: int) -> np.ndarray:
+    if n <= max_points:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).choice(n, max_points, replace=False))
+
+
+def _marker_size(n_visible: int) -> float:
+    """Scatter marker area (pt^2) so that n points fill a panel without hiding each other."""
+    return float(np.clip(4000.0 / max(n_visible, 1), 0.05, 12.0))
+
+
+def _ghost_size(n_visible: int) -> float:
+    return float(np.clip(12000.0 / max(n_visible, 1), 0.4, 10.0))
+
+
+def _marker_size_3d(n_visible: int) -> float:
+    return float(np.clip(40000.0 / max(n_visible, 1), 0.3, 12.0))
+
+
+# ----------------------------------------------------------------------------- drawing
+
+def _draw_2d(ax, points, mesh, assignment, num_parts, ghosts, box=None, show_cell_edges=False):
+    cmap = part_colormap(num_parts)
+    x, y = points[:, 0], points[:, 1]
+    if mesh is not None and not mesh.is_point_cloud and mesh.topological_dim == 2:
+        tris, tri_part = _fan_triangles(mesh.cells, assignment)
+        ax.tripcolor(x, y, tris, facecolors=tri_part.astype(float), cmap=cmap, vmin=-0.5,
+                     vmax=num_parts - 0.5, edgecolors="none", linewidth=0.0)
+        if show_cell_edges:  # the element edges (not the fan diagonals of quads), thin and white
+            _draw_cell_edges(ax, points, mesh, box)
+        n_visible = len(points)
+    else:
+        idx = _subsample(len(points), 200_000, 0)
+        ax.scatter(x[idx], y[idx], c=assignment[idx], cmap=cmap, vmin=-0.5, vmax=num_parts - 0.5,
+                   s=_marker_size(len(idx)), linewidths=0, rasterized=True)
+        n_visible = len(idx)
+    if box is not None:
+        ax.set_xlim(box[0], box[1])
+        ax.set_ylim(box[2], box[3])
+        inside = (x >= box[0]) & (x <= box[1]) & (y >= box[2]) & (y <= box[3])
+        n_visible = int(inside.sum())
+    if ghosts is not None and ghosts.any():
+        ax.scatter(x[ghosts], y[ghosts], s=_ghost_size(n_visible), c="k", marker="o",
+                   linewidths=0, label="ghost nodes", zorder=3)
+    ax.set_aspect("equal")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+
+
+def _draw_cell_edges(ax, points, mesh, box):
+    from matplotlib.collections import LineCollection
+
+    ei = mesh.edge_index()
+    ei = ei[:, ei[0] < ei[1]].numpy()
+    if box is not None:
+        p = points[ei]  # [2, E, 2]
+        inside = ((p[..., 0] >= box[0]) & (p[..., 0] <= box[1]) & (p[..., 1] >= box[2]) & (p[..., 1] <= box[3])).any(0)
+        ei = ei[:, inside]
+    if ei.shape[1] > 300_000:  # too many to see: skip rather than paint the panel white
+        return
+    ax.add_collection(LineCollection(points[ei.T][:, :, :2], colors="w", linewidths=0.15))
+
+
+def _surface_faces(mesh: Optional[Mesh]):
+    """Boundary faces of a 3D volume mesh (their corner nodes), or None."""
+    if mesh is None or mesh.topological_dim != 3:
+        return None
+    faces = [conn[:, :k] for t, conn in mesh.boundary_cells.items() if t in _SURFACE_TYPES
+             for k in [_SURFACE_TYPES[t]]]
+    return faces or None
+
+
+def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed):
+    colors = part_colors(num_parts)
+    faces = _surface_faces(mesh)
+    n_faces = sum(len(f) for f in faces) if faces else 0
+    if faces and n_faces <= max_points:
+        from mpl_toolkits.mplot3d.art3d import Poly3DCollection
+
+        for conn in faces:
+            part = _majority_part(conn, assignment)
+            coll = Poly3DCollection(points[conn], facecolors=colors[part], edgecolors=(0, 0, 0, 0.15),
+                                    linewidths=0.1)
+            ax.add_collection3d(coll)
+        shown = np.unique(np.concatenate([f.reshape(-1) for f in faces]))
+    else:
+        if faces:  # huge surface: scatter its nodes only (the interior would hide nothing anyway)
+            shown = np.unique(np.concatenate([f.reshape(-1) for f in faces]))
+        else:
+            shown = np.arange(len(points))
+        shown = shown[_subsample(len(shown), max_points, seed)]
+        ax.scatter(points[shown, 0], points[shown, 1], points[shown, 2], c=colors[assignment[shown]],
+                   s=_marker_size_3d(len(shown)), linewidths=0, depthshade=False, rasterized=True)
+    if ghosts is not None:
+        g = shown[ghosts[shown]]
+        if len(g):
+            ax.scatter(points[g, 0], points[g, 1], points[g, 2], c="k", s=_marker_size_3d(len(shown)) * 0.5,
+                       linewidths=0, depthshade=False, rasterized=True)
+    lo, hi = points.min(0), points.max(0)
+    ax.set_xlim(lo[0], hi[0])
+    ax.set_ylim(lo[1], hi[1])
+    ax.set_zlim(lo[2], hi[2])
+    ax.set_box_aspect(tuple(np.maximum(hi - lo, 1e-3 * max(hi - lo))), zoom=1.1)
+    ax.view_init(elev=elev, azim=azim)
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.set_zlabel("z")
+    ax.tick_params(labelsize=6)
+
+
+def _draw_projection(ax, points, assignment, num_parts, ghosts, max_points, seed):
+    """A 3D cloud on a plain 2D axes: project onto the two axes of largest extent."""
+    order = np.argsort(-np.ptp(points, axis=0))[:2]
+    order.sort()
+    _draw_2d(ax, points[:, order], None, assignment, num_parts, ghosts)
+    ax.set_xlabel("xyz"[order[0]])
+    ax.set_ylabel("xyz"[order[1]])
+
+
+def _edge_index_for(mesh, points, edge_index):
+    if edge_index is not None:
+        return edge_index
+    if mesh is not None and not mesh.is_point_cloud:
+        return mesh.edge_index()
+    return None  # a bare point cloud: no graph, hence no ghosts to mark
+
+
+def _new_figure(figsize, dpi):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize, dpi=dpi, layout="constrained")
+
+
+def _save(fig, path: Optional[PathLike], dpi) -> None:
+    if path is None:
+        return
+    path = os.fspath(path)
+    fmt = os.path.splitext(path)[1].lstrip(".").lower() or "png"
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt, dpi=dpi)
+
+
+def _legend(ax, num_parts, sizes=None):
+    if num_parts > 12:
+        return
+    from matplotlib.patches import Patch
+
+    colors = part_colors(num_parts)
+    handles = [Patch(color=colors[r], label=f"part {r}" + (f" ({sizes[r]})" if sizes is not None else ""))
+               for r in range(num_parts)]
+    ax.legend(handles=handles, fontsize=6, loc="upper right", framealpha=0.8, ncols=1 if num_parts <= 6 else 2)
+
+
+# ----------------------------------------------------------------------------- public
+
+def plot_partition(
+    mesh_or_points,
+    partition,
+    edge_index=None,
+    show_ghosts: bool = True,
+    ax=None,
+    path: Optional[PathLike] = None,
+    title: Optional[str] = None,
+    zoom: Union[str, None, Sequence[float]] = "auto",
+    max_points: int = 200_000,
+    views: Sequence[Tuple[float, float]] = ((20.0, -60.0), (20.0, 120.0)),
+    figsize: Optional[Tuple[float, float]] = None,
+    dpi: int = 120,
+    seed: int = 0,
+):
+    r"""Draw a partition: cells (2D) or points/surface faces (3D) coloured by part.
+
+    Args:
+        mesh_or_points: a :class:`~meshshard.io.Mesh`, or points [N, 2] / [N, 3].
+        partition: a :class:`~meshshard.partitioners.Partition` or an int assignment [N].
+        edge_index: node graph [2, E] used to find ghost nodes; defaults to the mesh's element
+            graph (a bare point cloud without it shows no ghosts).
+        show_ghosts: mark ghost nodes (nodes with a neighbour in another part) in black.
+        ax: draw into this axes (a 3D axes for 3D views; a 2D axes gets a 2D projection).
+            When ``None`` a new figure is made: 2D with a zoom panel when the mesh has a region of
+            much finer cells (``zoom``), 3D with one panel per entry of ``views``.
+        path: save the figure there (PNG, PDF, SVG by suffix; written atomically).
+        title: figure title.
+        zoom: ``"auto"`` (see :func:`auto_zoom_box`), ``None`` (no zoom panel) or a box
+            ``(xmin, xmax, ymin, ymax)``. 2D only.
+        max_points: scatter at most this many points (random subsample, ``seed``).
+        views: (elevation, azimuth) of each 3D panel.
+        figsize, dpi: figure size in inches and resolution.
+
+    Returns:
+        the :class:`matplotlib.figure.Figure`.
+    """
+    points, mesh = _points_and_mesh(mesh_or_points)
+    assignment, num_parts = _assignment(partition, len(points))
+    ghosts = None
+    if show_ghosts:
+        ei = _edge_index_for(mesh, points, edge_index)
+        ghosts = ghost_mask(assignment, ei) if ei is not None else None
+    sizes = np.bincount(assignment, minlength=num_parts)
+    three_d = points.shape[1] == 3
+
+    if ax is not None:
+        fig = ax.figure
+        if three_d and getattr(ax, "name", "") == "3d":
+            elev, azim = views[0]
+            _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed)
+        elif three_d:
+            _draw_projection(ax, points, assignment, num_parts, ghosts, max_points, seed)
+        else:
+            box = None if zoom is None or isinstance(zoom, str) else tuple(zoom)
+            _draw_2d(ax, points, mesh, assignment, num_parts, ghosts, box=box)
+        if title:
+            ax.set_title(title, fontsize=9)
+        _save(fig, path, dpi)
+        return fig
+
+    if three_d:
+        fig = _new_figure(figsize or (6.0 * len(views), 4.5), dpi)
+        for i, (elev, azim) in enumerate(views):
+            a = fig.add_subplot(1, len(views), i + 1, projection="3d")
+            _draw_3d(a, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed)
+            a.set_title(f"view elev={elev:g} azim={azim:g}", fontsize=8)
+        _legend(fig.axes[0], num_parts, sizes)
+    else:
+        box = _zoom_box(points, mesh, zoom)
+        panels = 2 if box is not None else 1
+        fig = _new_figure(figsize or (6.5 * panels, 5.5), dpi)
+        a = fig.add_subplot(1, panels, 1)
+        _draw_2d(a, points, mesh, assignment, num_parts, ghosts)
+        _legend(a, num_parts, sizes)
+        if box is not None:
+            _mark_box(a, box)
+            z = fig.add_subplot(1, panels, 2)
+            _draw_2d(z, points, mesh, assignment, num_parts, ghosts, box=box, show_cell_edges=True)
+            z.set_title("zoom", fontsize=9)
+    fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts), fontsize=10)
+    _save(fig, path, dpi)
+    return fig
+
+
+def _zoom_box(points, mesh, zoom) -> Optional[Box]:
+    if zoom is None:
+        return None
+    if not isinstance(zoom, str):
+        box = tuple(float(v) for v in zoom)
+        if len(box) != 4 or box[0] >= box[1] or box[2] >= box[3]:
+            raise ValueError(f"zoom must be (xmin, xmax, ymin, ymax) with min < max, got {zoom}")
+        return box
+    if zoom != "auto":
+        raise ValueError(f"zoom must be 'auto', None or a box, got {zoom!r}")
+    if mesh is None or mesh.is_point_cloud or mesh.topological_dim != 2:
+        return None
+    tris, _ = _fan_triangles(mesh.cells, np.zeros(mesh.num_nodes, dtype=np.int64))
+    return auto_zoom_box(points, tris)
+
+
+def _mark_box(ax, box):
+    from matplotlib.patches import Rectangle
+
+    ax.add_patch(Rectangle((box[0], box[2]), box[1] - box[0], box[3] - box[2], fill=False, ec="k", lw=0.8, ls="--"))
+
+
+def _default_title(mesh, num_parts, n, ghosts) -> str:
+    name = mesh.source.name if mesh is not None and mesh.source is not None else "points"
+    s = f"{name}: {n:,} nodes in {num_parts} parts"
+    if ghosts is not None:
+        s += f", {int(ghosts.sum()):,} ghost nodes (black)"
+    return s
+
+
+def plot_part_sizes(partition, ax=None, path: Optional[PathLike] = None, title: Optional[str] = None,
+                    figsize: Tuple[float, float] = (6.0, 3.5), dpi: int = 120):
+    """Bar chart of nodes per part, coloured like :func:`plot_partition`, with the mean marked.
+
+    Args:
+        partition: a :class:`~meshshard.partitioners.Partition` or an int assignment [N].
+        ax: draw into this axes (a new figure when None).
+        path: save the figure there.
+
+    Returns:
+        the :class:`matplotlib.figure.Figure`.
+    """
+    a = partition.assignment if hasattr(partition, "assignment") else partition
+    n = len(a)
+    assignment, num_parts = _assignment(partition, n)
+    sizes = np.bincount(assignment, minlength=num_parts)
+    fig = ax.figure if ax is not None else _new_figure(figsize, dpi)
+    ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
+    ax.bar(np.arange(num_parts), sizes, color=part_colors(num_parts), edgecolor="k", linewidth=0.3)
+    mean = sizes.mean()
+    ax.axhline(mean, color="k", ls="--", lw=0.8, label=f"mean {mean:,.0f}")
+    imbalance = sizes.max() / mean if mean > 0 else float("nan")
+    ax.set_xlabel("part")
+    ax.set_ylabel("nodes")
+    if num_parts <= 32:
+        ax.set_xticks(np.arange(num_parts))
+    ax.tick_params(labelsize=7)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(title or f"part sizes (max/mean = {imbalance:.3f})", fontsize=9)
+    _save(fig, path, dpi)
+    return fig
+
+
+def plot_partition_summary(
+    mesh_or_points,
+    partition,
+    edge_index=None,
+    quality: Optional[dict] = None,
+    path: Optional[PathLike] = None,
+    title: Optional[str] = None,
+    show_ghosts: bool = True,
+    zoom: Union[str, None, Sequence[float]] = "auto",
+    max_points: int = 200_000,
+    dpi: int = 120,
+):
+    """One figure for the CLI: the partition view(s), a zoom (2D), part sizes and quality numbers.
+
+    Args:
+        mesh_or_points, partition, edge_index, show_ghosts, zoom, max_points: as
+            :func:`plot_partition`.
+        quality: optional dict of :func:`meshshard.partition_quality` numbers, printed beside the
+            size chart.
+        path: save the figure there.
+
+    Returns:
+        the :class:`matplotlib.figure.Figure`.
+    """
+    points, mesh = _points_and_mesh(mesh_or_points)
+    assignment, num_parts = _assignment(partition, len(points))
+    ghosts = None
+    if show_ghosts:
+        ei = _edge_index_for(mesh, points, edge_index)
+        ghosts = ghost_mask(assignment, ei) if ei is not None else None
+    sizes = np.bincount(assignment, minlength=num_parts)
+    three_d = points.shape[1] == 3
+    box = None if three_d else _zoom_box(points, mesh, zoom)
+    n_views = 2 if (three_d or box is not None) else 1
+    fig = _new_figure((5.5 * n_views + 4.5, 5.5), dpi)
+    grid = fig.add_gridspec(2, n_views + 1, width_ratios=[5.5] * n_views + [4.5], height_ratios=[3, 2])
+    if three_d:
+        for i, (elev, azim) in enumerate(((20.0, -60.0), (20.0, 120.0))):
+            a = fig.add_subplot(grid[:, i], projection="3d")
+            _draw_3d(a, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, 0)
+    else:
+        a = fig.add_subplot(grid[:, 0])
+        _draw_2d(a, points, mesh, assignment, num_parts, ghosts)
+        if box is not None:
+            _mark_box(a, box)
+            z = fig.add_subplot(grid[:, 1])
+            _draw_2d(z, points, mesh, assignment, num_parts, ghosts, box=box, show_cell_edges=True)
+            z.set_title("zoom", fontsize=9)
+    bars = fig.add_subplot(grid[0, n_views])
+    plot_part_sizes(assignment if not hasattr(partition, "num_parts") else partition, ax=bars)
+    text = fig.add_subplot(grid[1, n_views])
+    text.axis("off")
+    lines = [f"nodes: {len(points):,}   parts: {num_parts}", f"sizes: min {sizes.min():,}  max {sizes.max():,}"]
+    if ghosts is not None:
+        lines.append(f"ghost nodes (black): {int(ghosts.sum()):,}")
+    for key, value in (quality or {}).items():
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+            lines.append(f"{key}: {value:,.4g}" if isinstance(value, (float, np.floating)) else f"{key}: {value:,}")
+    text.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8)
+    fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts), fontsize=10)
+    _save(fig, path, dpi)
+    return fig
