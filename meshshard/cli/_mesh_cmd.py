@@ -1,0 +1,124 @@
+"""Helpers shared by ``meshshard partition``, ``info`` and ``plot``: loading a mesh and its graph,
+partitioning with a progress bar, and printing tables."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+import torch
+
+__all__ = ["METHODS", "load_mesh_and_graph", "run_partition", "format_table", "format_quality", "progress"]
+
+METHODS = ("kdtree", "morton", "hilbert", "graph")
+
+
+def progress(total: int, desc: str, enabled: bool = True):
+    """A tqdm bar on stderr over the steps of a command."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=desc, disable=not enabled, file=sys.stderr, leave=False,
+               bar_format="{desc} [step {n_fmt}/{total_fmt}, {elapsed}]")
+    # the steps name themselves in the description ("meshshard plot: reading x.su2")
+    bar.set_postfix_str = lambda s, refresh=True: bar.set_description(f"{desc}: {s}", refresh=refresh)
+    return bar
+
+
+def load_mesh_and_graph(path, knn: int, bar=None):
+    """Read a mesh (or point cloud) and build its node graph.
+
+    Returns:
+        (mesh, edge_index [2, E], graph_info dict for meta.json)
+    """
+    from meshshard.io import knn_graph, read_mesh
+
+    if bar is not None:
+        bar.set_postfix_str(f"reading {Path(path).name}")
+    mesh = read_mesh(path)
+    if bar is not None:
+        bar.update()
+        bar.set_postfix_str("building graph")
+    if mesh.is_point_cloud:
+        if knn < 1:
+            raise ValueError(f"--knn must be >= 1, got {knn}")
+        if knn > mesh.num_nodes - 1:
+            raise ValueError(f"--knn {knn} needs more than {knn} points; {path} has {mesh.num_nodes}")
+        # directed, as PyG's knn_graph: row 0 the neighbour, row 1 the query point
+        edge_index = knn_graph(mesh.points, knn)
+        info = {"graph": "knn", "knn_k": knn}
+    else:
+        edge_index = mesh.edge_index()
+        info = {"graph": "mesh_edges", "cell_types": sorted(mesh.cells)}
+    if bar is not None:
+        bar.update()
+    return mesh, edge_index, info
+
+
+def run_partition(mesh, edge_index, num_parts: int, method: str, seed: int, refine: bool, bar=None):
+    """Partition the mesh nodes with :func:`meshshard.partitioners.partition`."""
+    if num_parts < 1:
+        raise ValueError(f"-k/--num-parts must be >= 1, got {num_parts}")
+    if num_parts > mesh.num_nodes:
+        raise ValueError(f"-k {num_parts} is more parts than the mesh has nodes ({mesh.num_nodes})")
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    from meshshard.partitioners import partition
+
+    if bar is not None:
+        bar.set_postfix_str(f"partitioning ({method}, {num_parts} parts)")
+    part = partition(torch.from_numpy(mesh.points), num_parts, method=method, edge_index=edge_index,
+                     seed=seed, refine=refine)
+    if bar is not None:
+        bar.update()
+    return part
+
+
+def format_table(headers: Sequence[str], rows: Iterable[Sequence], align: Optional[str] = None) -> str:
+    """A plain-text table; numbers right-aligned, text left-aligned."""
+    rows = [[_fmt(v) for v in r] for r in rows]
+    cols = list(zip(*([list(headers)] + rows))) if rows else [[h] for h in headers]
+    widths = [max(len(str(c)) for c in col) for col in cols]
+    if align is None:
+        align = "".join("r" if rows and all(_is_num(r[i]) for r in rows) else "l" for i in range(len(headers)))
+
+    def line(vals):
+        return "  ".join(str(v).rjust(w) if a == "r" else str(v).ljust(w) for v, w, a in zip(vals, widths, align)).rstrip()
+
+    out = [line(headers), line(["-" * w for w in widths])]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def format_quality(quality: Optional[dict]) -> str:
+    """The partition quality report as a two-column table (lists shown as min / max)."""
+    if not quality:
+        return "(no quality report)"
+    rows: List[Tuple[str, str]] = []
+    for key, value in quality.items():
+        if isinstance(value, torch.Tensor):
+            value = value.tolist()
+        if isinstance(value, (list, tuple)):
+            flat = [v for v in value if isinstance(v, (int, float))]
+            value = f"min {_fmt(min(flat))}  max {_fmt(max(flat))}  ({len(value)} values)" if flat else str(value)
+        rows.append((key, value))
+    return format_table(["quality", "value"], rows, align="lr")
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        if abs(v) >= 1000:
+            return f"{v:,.0f}" if v.is_integer() else f"{v:,.1f}"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _is_num(s: str) -> bool:
+    try:
+        float(str(s).replace(",", ""))
+        return True
+    except ValueError:
+        return False

@@ -1,0 +1,77 @@
+"""``meshshard info``: sizes and quality report of a shard folder, after verifying its checksums."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from meshshard.cli._mesh_cmd import format_quality, format_table
+
+HELP = "show the sizes and quality report of a shard folder and verify its checksums"
+
+__all__ = ["HELP", "add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("out", metavar="OUT", help="shard folder written by `meshshard partition` or `preprocess`")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from meshshard.graph import load_part, read_meta, verify_parts
+
+    out = Path(args.out)
+    if not out.is_dir():
+        raise FileNotFoundError(f"{out} is not a folder (expected a shard folder with meta.json)")
+    meta = read_meta(out)
+    problems = verify_parts(out)
+    if problems:
+        for p in problems:
+            print(f"meshshard info: error: {out}/{p}", file=sys.stderr)
+        print(f"meshshard info: {out} is damaged ({len(problems)} problem(s)); re-run `meshshard partition`",
+              file=sys.stderr)
+        return 1
+
+    rows = []
+    for r in tqdm(range(int(meta["num_parts"])), desc="reading parts", file=sys.stderr, leave=False,
+                  disable=args.quiet or args.json):
+        part = load_part(out, r)
+        name = f"part_{r:04d}.pt"
+        rows.append({
+            "part": r,
+            "owned": int(part["owned_ids"].numel()),
+            "ghosts": int(part["ghost_ids"].numel()),
+            "edges": int(part["edge_index"].shape[1]),
+            "neighbours": int(len({int(o) for o in part["ghost_owner"].tolist()})),
+            "KiB": round((out / name).stat().st_size / 1024, 1),
+        })
+        del part
+
+    if args.json:
+        print(json.dumps({"meta": {k: v for k, v in meta.items() if k != "files"}, "parts": rows, "verified": True},
+                         indent=2))
+        return 0
+
+    src = meta.get("source")
+    print(f"{out}: {meta['num_parts']} parts of {meta['num_nodes']:,} nodes, {meta.get('num_edges', 0):,} edges"
+          f"{', dim ' + str(meta['dim']) if meta.get('dim') else ''}; method {meta.get('method') or '?'}, "
+          f"halo hops {meta.get('halo_hops', '?')}, format v{meta.get('format_version')}")
+    if src:
+        print(f"source: {src}" + (f" (sha256 {meta['source_sha256'][:12]}...)" if meta.get("source_sha256") else ""))
+    feats = meta.get("node_features") or {}
+    if feats:
+        print("node features: " + ", ".join(f"{k}{v.get('shape', [])}:{v.get('dtype', '?')}" for k, v in feats.items()))
+    print()
+    headers = ["part", "owned", "ghosts", "edges", "neighbours", "KiB"]
+    print(format_table(headers, [[row[h] for h in headers] for row in rows]))
+    owned = [row["owned"] for row in rows]
+    mean = sum(owned) / len(owned)
+    print(f"owned nodes: min {min(owned):,}  mean {mean:,.1f}  max {max(owned):,}  (max/mean {max(owned) / mean:.3f})")
+    print()
+    print(format_quality(meta.get("quality")))
+    print(f"\nchecksums: all {len(meta['files'])} files OK")
+    return 0

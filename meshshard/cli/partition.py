@@ -1,0 +1,85 @@
+"""``meshshard partition``: split a mesh or point cloud into shards and write them to a folder."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from meshshard.cli._mesh_cmd import (METHODS, format_quality, format_table, load_mesh_and_graph, progress,
+                                     run_partition)
+
+HELP = "split a mesh or point cloud into shards and write them (DESIGN.md's format)"
+
+__all__ = ["HELP", "add_arguments", "run"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("mesh", metavar="MESH", help="mesh file (.su2 .vtu .vtk .msh ...) or point cloud (.npz with "
+                        "'points', .npy)")
+    parser.add_argument("-k", "--num-parts", type=int, required=True, metavar="N", help="number of shards")
+    parser.add_argument("-m", "--method", choices=METHODS, default="kdtree",
+                        help="partitioner: k-d tree (recursive bisection), Morton or Hilbert curve, or graph "
+                             "(METIS) (default: kdtree)")
+    parser.add_argument("-o", "--out", required=True, metavar="OUT", help="output folder for meta.json, "
+                        "partition.pt and part_XXXX.pt")
+    parser.add_argument("--halo-hops", type=int, default=1, metavar="H", help="ghost-node rings stored per part "
+                        "(default: 1)")
+    parser.add_argument("--no-refine", action="store_true", help="skip the boundary refinement that lowers the "
+                        "edge cut of geometric partitions")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
+    parser.add_argument("--knn", type=int, default=8, metavar="K", help="neighbours per point for point clouds, "
+                        "which have no cells (default: 8)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    from meshshard._fileutil import sha256_file
+    from meshshard.graph import read_meta, save_parts
+
+    if args.halo_hops < 1:
+        raise ValueError(f"--halo-hops must be >= 1, got {args.halo_hops}")
+    src = Path(args.mesh)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"-o {out} exists and is not a folder")
+    t0 = time.perf_counter()
+    with progress(3, "meshshard partition", not args.quiet) as bar:
+        mesh, edge_index, graph_info = load_mesh_and_graph(src, args.knn, bar)
+        part = run_partition(mesh, edge_index, args.num_parts, args.method, args.seed, not args.no_refine, bar)
+    node_data = {"pos": torch.from_numpy(mesh.points)}
+    skipped = []
+    for name, arr in mesh.point_data.items():
+        if name == "pos" or not np.issubdtype(arr.dtype, np.number):
+            skipped.append(name)
+            continue
+        node_data[name] = torch.from_numpy(np.ascontiguousarray(arr))
+    meta = {
+        "source": str(src.resolve()),
+        "source_sha256": sha256_file(src),
+        "source_format": src.suffix.lower(),
+        "seed": args.seed,
+        "refine": not args.no_refine,
+        "node_sets": {k: int(v.numel()) for k, v in mesh.node_sets.items()},
+        "command": "meshshard partition " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["partition"] else None,
+        **graph_info,
+    }
+    save_parts(out, edge_index, part, node_data=node_data, halo_hops=args.halo_hops, meta=meta,
+               progress=not args.quiet)
+    info = read_meta(out)
+    elapsed = time.perf_counter() - t0
+
+    sizes = list(part.sizes)
+    print(f"{src.name}: {mesh.num_nodes:,} nodes, {edge_index.shape[1]:,} directed edges ({graph_info['graph']}), "
+          f"dim {mesh.dim} -> {part.num_parts} parts with {args.method} in {elapsed:.1f} s")
+    print(format_table(["parts", "min size", "mean size", "max size"],
+                       [[part.num_parts, min(sizes), round(sum(sizes) / len(sizes), 1), max(sizes)]]))
+    print()
+    print(format_quality(info.get("quality")))
+    if skipped:
+        print(f"note: point data not stored (non-numeric or reserved name): {', '.join(skipped)}")
+    print(f"\nwrote {out}/ (meta.json, partition.pt, {part.num_parts} part files)")
+    return 0

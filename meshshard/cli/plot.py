@@ -1,0 +1,107 @@
+"""``meshshard plot``: draw a partition (cells coloured by part, ghost nodes marked, part sizes)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from meshshard.cli._mesh_cmd import METHODS, load_mesh_and_graph, progress, run_partition
+
+HELP = "draw a partition: cells coloured by part, ghost nodes marked, part sizes"
+
+__all__ = ["HELP", "add_arguments", "run"]
+
+_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("source", metavar="MESH_OR_OUT", help="a mesh / point-cloud file (partitioned on the fly "
+                        "with -k/-m) or a shard folder written by `meshshard partition`")
+    parser.add_argument("-o", "--out", required=True, metavar="FILE", help="image to write (.png .pdf .svg .jpg)")
+    parser.add_argument("-k", "--num-parts", type=int, metavar="N", help="parts, when MESH_OR_OUT is a mesh file")
+    parser.add_argument("-m", "--method", choices=METHODS, default="kdtree", help="partitioner for a mesh file "
+                        "(default: kdtree)")
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
+    parser.add_argument("--no-refine", action="store_true", help="skip boundary refinement")
+    parser.add_argument("--knn", type=int, default=8, metavar="K", help="neighbours per point for point clouds "
+                        "(default: 8; a shard folder uses the k it was made with)")
+    parser.add_argument("--mesh", metavar="PATH", help="for a shard folder: the mesh file, when it moved since "
+                        "partitioning (its sha256 must match meta.json)")
+    parser.add_argument("--no-ghosts", action="store_true", help="do not mark ghost nodes")
+    zoom = parser.add_mutually_exclusive_group()
+    zoom.add_argument("--zoom", type=float, nargs=4, metavar=("XMIN", "XMAX", "YMIN", "YMAX"),
+                      help="2D: the box of the zoom panel (default: automatic, around the finest cells)")
+    zoom.add_argument("--no-zoom", action="store_true", help="2D: no zoom panel")
+    parser.add_argument("--dpi", type=int, default=120, help="resolution (default: 120)")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from meshshard.viz import plot_partition_summary
+
+    out = Path(args.out)
+    if out.suffix.lower() not in _SUFFIXES:
+        raise ValueError(f"-o {out}: unsupported image type; use one of {' '.join(_SUFFIXES)}")
+    if args.dpi < 10 or args.dpi > 1200:
+        raise ValueError(f"--dpi must be in [10, 1200], got {args.dpi}")
+    src = Path(args.source)
+    if not src.exists():
+        raise FileNotFoundError(f"{src} not found (expected a mesh file or a shard folder)")
+
+    with progress(4, "meshshard plot", not args.quiet) as bar:
+        if src.is_dir():
+            mesh, edge_index, part, quality = _from_shards(src, args, bar)
+        else:
+            if args.num_parts is None:
+                raise ValueError("plotting a mesh file needs -k/--num-parts (or pass a shard folder)")
+            mesh, edge_index, _ = load_mesh_and_graph(src, args.knn, bar)
+            part = run_partition(mesh, edge_index, args.num_parts, args.method, args.seed, not args.no_refine, bar)
+            quality = _quality(part, edge_index)
+        bar.set_postfix_str(f"drawing {out.name}")
+        zoom = None if args.no_zoom else (tuple(args.zoom) if args.zoom else "auto")
+        name = mesh.source.name if mesh.source is not None else src.name
+        title = f"{name}: {mesh.num_nodes:,} nodes, {part.num_parts} parts ({part.method or args.method})"
+        plot_partition_summary(mesh, part, edge_index=edge_index, quality=quality, path=out, title=title,
+                               show_ghosts=not args.no_ghosts, zoom=zoom, dpi=args.dpi)
+        bar.update()
+    print(f"wrote {out}")
+    return 0
+
+
+def _quality(part, edge_index):
+    try:
+        from meshshard.partitioners import partition_quality
+    except ImportError:
+        return None
+    q = partition_quality(part, edge_index)
+    return {k: (v.item() if hasattr(v, "item") and getattr(v, "numel", lambda: 2)() == 1 else v) for k, v in q.items()}
+
+
+def _from_shards(folder: Path, args, bar):
+    from meshshard._fileutil import sha256_file
+    from meshshard.graph import read_meta
+    from meshshard.partitioners import Partition
+
+    meta = read_meta(folder)
+    mesh_path = Path(args.mesh) if args.mesh else Path(meta.get("source") or "")
+    if not meta.get("source") and not args.mesh:
+        raise ValueError(f"{folder}/meta.json records no source mesh; pass it with --mesh PATH")
+    if not mesh_path.is_file():
+        raise FileNotFoundError(f"source mesh {mesh_path} (from {folder}/meta.json) not found; pass --mesh PATH")
+    want = meta.get("source_sha256")
+    if want and sha256_file(mesh_path) != want:
+        raise ValueError(f"{mesh_path} differs from the mesh {folder} was made from (sha256 mismatch)")
+    part_file = folder / "partition.pt"
+    if not part_file.is_file():
+        raise FileNotFoundError(f"{part_file} missing")
+    if meta["files"].get("partition.pt") != sha256_file(part_file):
+        raise ValueError(f"{part_file}: sha256 mismatch (corrupt or changed after writing)")
+    knn = int(meta.get("knn_k") or args.knn)
+    mesh, edge_index, _ = load_mesh_and_graph(mesh_path, knn, bar)
+    try:
+        part = Partition.load(part_file)
+    except Exception as exc:  # noqa: BLE001 - an unreadable file is a bad input, not a crash
+        raise ValueError(f"{part_file}: cannot load partition ({exc})") from exc
+    if part.num_nodes != mesh.num_nodes:
+        raise ValueError(f"{part_file} has {part.num_nodes} nodes but {mesh_path} has {mesh.num_nodes}")
+    bar.update()
+    return mesh, edge_index, part, meta.get("quality")

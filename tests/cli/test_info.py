@@ -1,0 +1,63 @@
+"""`meshshard info`: tables for an intact shard folder, non-zero exit naming a damaged file."""
+import json
+
+import pytest
+
+from meshshard.cli import main
+
+
+@pytest.fixture()
+def shards(data_dir, tmp_path):
+    out = tmp_path / "shards"
+    assert main(["partition", str(data_dir / "rae2822_turb.su2"), "-k", "3", "-m", "graph", "-o", str(out), "-q"]) == 0
+    return out
+
+
+def test_info_tables(shards, capsys):
+    capsys.readouterr()
+    assert main(["info", str(shards), "-q"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("3 parts of 13,937 nodes", "owned", "ghosts", "neighbours", "quality", "checksums: all 4 files OK",
+                   "rae2822_turb.su2"):
+        assert needle in out, needle
+
+
+def test_info_json(shards, capsys):
+    capsys.readouterr()
+    assert main(["info", str(shards), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verified"] and len(data["parts"]) == 3
+    assert sum(p["owned"] for p in data["parts"]) == 13937
+    assert all(p["ghosts"] > 0 and p["neighbours"] >= 1 for p in data["parts"])
+
+
+def test_info_detects_corrupt_part(shards, capsys):
+    path = shards / "part_0001.pt"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    capsys.readouterr()
+    assert main(["info", str(shards)]) == 1
+    err = capsys.readouterr().err
+    assert "part_0001.pt" in err and "sha256" in err and "part_0000.pt" not in err
+
+
+def test_info_detects_missing_part(shards, capsys):
+    (shards / "part_0002.pt").unlink()
+    assert main(["info", str(shards)]) == 1
+    assert "part_0002.pt: missing" in capsys.readouterr().err
+
+
+def test_info_on_non_shard_folders(tmp_path, capsys):
+    assert main(["info", str(tmp_path)]) == 2
+    assert "meta.json" in capsys.readouterr().err
+    assert main(["info", str(tmp_path / "nothing")]) == 2
+    (tmp_path / "meta.json").write_text("{not json")
+    assert main(["info", str(tmp_path)]) == 2
+    assert "JSON" in capsys.readouterr().err
+
+
+def test_info_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["info", "--help"])
+    assert e.value.code == 0 and "checksums" in capsys.readouterr().out

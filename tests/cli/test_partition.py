@@ -1,0 +1,115 @@
+"""`meshshard partition` in-process on the real meshes: shard folders, contents, bad input."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from meshshard._fileutil import sha256_file
+from meshshard.cli import main
+from meshshard.graph import load_part, read_meta, verify_parts
+from meshshard.io import knn_graph, read_mesh
+from meshshard.partitioners import Partition
+
+
+def _check_folder(out, mesh, k, edge_index):
+    assert verify_parts(out) == []
+    meta = read_meta(out)
+    assert meta["num_parts"] == k and meta["num_nodes"] == mesh.num_nodes
+    assert meta["source_sha256"] == sha256_file(mesh.source)
+    assert meta["dim"] == mesh.dim
+    part = Partition.load(out / "partition.pt")
+    assert part.num_parts == k and part.num_nodes == mesh.num_nodes
+    owned = []
+    for r in range(k):
+        p = load_part(out, r)
+        assert torch.equal(p["owned_ids"], part.part_nodes(r))
+        ids = torch.cat([p["owned_ids"], p["ghost_ids"]])
+        # node features are the mesh's own numbers, owned rows then ghost rows
+        assert torch.equal(p["node_data"]["pos"], torch.from_numpy(mesh.points)[ids])
+        for name, arr in mesh.point_data.items():
+            assert torch.equal(p["node_data"][name], torch.from_numpy(arr)[ids])
+        # local edges are global edges (in local ids)
+        glob = ids[p["edge_index"]]
+        assert torch.equal(glob, edge_index[:, p["edge_ids"]])
+        owned.append(p["owned_ids"])
+    assert torch.equal(torch.cat(owned).sort().values, torch.arange(mesh.num_nodes))
+    return meta
+
+
+@pytest.mark.parametrize("method", ["kdtree", "morton", "hilbert", "graph"])
+def test_partition_2d_airfoil_all_methods(data_dir, tmp_path, capsys, method):
+    src = data_dir / "naca0012_inviscid.su2"
+    out = tmp_path / "shards"
+    assert main(["partition", str(src), "-k", "4", "-m", method, "-o", str(out), "-q"]) == 0
+    mesh = read_mesh(src)
+    meta = _check_folder(out, mesh, 4, mesh.edge_index())
+    assert meta["method"] == method and meta["graph"] == "mesh_edges"
+    assert meta["node_sets"] == {"airfoil": 200, "farfield": 50}
+    text = capsys.readouterr().out
+    assert "quality" in text and "4 parts" in text and str(out) in text
+
+
+def test_partition_vtu_with_point_data_and_two_halo_hops(data_dir, tmp_path):
+    src = data_dir / "cylinder_crossflow_re35.vtu"
+    out = tmp_path / "cf"
+    assert main(["partition", str(src), "-k", "3", "-m", "graph", "-o", str(out), "--halo-hops", "2",
+                 "--no-refine", "-q"]) == 0
+    mesh = read_mesh(src)
+    meta = _check_folder(out, mesh, 3, mesh.edge_index())
+    assert meta["halo_hops"] == 2 and meta["refine"] is False
+    assert set(meta["node_features"]) == {"pos", "pressure", "velocity", "vorticity_mag"}
+
+
+def test_partition_3d_tets(data_dir, tmp_path):
+    src = data_dir / "brick_tets.su2"
+    out = tmp_path / "brick"
+    assert main(["partition", str(src), "-k", "5", "-m", "hilbert", "-o", str(out), "-q"]) == 0
+    mesh = read_mesh(src)
+    _check_folder(out, mesh, 5, mesh.edge_index())
+
+
+def test_partition_point_cloud_uses_knn(data_dir, tmp_path):
+    src = data_dir / "drivaer_body_points.npz"
+    out = tmp_path / "car"
+    assert main(["partition", str(src), "-k", "3", "-o", str(out), "--knn", "4", "-q"]) == 0
+    cloud = read_mesh(src)
+    meta = _check_folder(out, cloud, 3, knn_graph(cloud.points, 4))
+    assert meta["graph"] == "knn" and meta["knn_k"] == 4 and meta["num_edges"] == 4 * cloud.num_nodes
+
+
+def test_rerun_overwrites_cleanly(data_dir, tmp_path):
+    src = data_dir / "naca0012_inviscid.su2"
+    out = tmp_path / "s"
+    assert main(["partition", str(src), "-k", "4", "-o", str(out), "-q"]) == 0
+    assert main(["partition", str(src), "-k", "2", "-o", str(out), "-q", "--seed", "3"]) == 0
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["num_parts"] == 2 and meta["seed"] == 3
+    assert verify_parts(out) == []
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["{data}/nope.su2", "-k", "2"], "nope.su2"),
+    (["{tmp}/bad.foo", "-k", "2"], "bad.foo"),
+    (["{data}/naca0012_inviscid.su2", "-k", "0"], "num-parts"),
+    (["{data}/naca0012_inviscid.su2", "-k", "2", "--halo-hops", "0"], "halo-hops"),
+    (["{data}/naca0012_inviscid.su2", "-k", "999999"], "more parts"),
+    (["{tmp}/tiny.npz", "-k", "2", "--knn", "8"], "--knn"),
+])
+def test_bad_input_exits_nonzero_with_message(data_dir, tmp_path, capsys, argv, needle):
+    (tmp_path / "bad.foo").write_text("x")
+    np.savez(tmp_path / "tiny.npz", points=np.random.default_rng(0).random((5, 3)))
+    argv = [a.format(data=data_dir, tmp=tmp_path) for a in argv]
+    rc = main(["partition", *argv, "-o", str(tmp_path / "out"), "-q"])
+    err = capsys.readouterr().err
+    assert rc != 0 and needle in err and "error" in err
+    assert not (tmp_path / "out" / "meta.json").exists()
+
+
+def test_help_and_bad_choice(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["partition", "--help"])
+    assert e.value.code == 0 and "--halo-hops" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["partition", "x.su2", "-k", "2", "-o", "o", "-m", "bogus"])
+    assert e.value.code == 2
