@@ -1,3 +1,36 @@
-"""meshshard.datasets."""
+"""meshshard.datasets: meshes with point fields as training samples, whole or sharded.
 
-__all__ = []
+- :class:`MeshDataset`: a folder of mesh files (any meshio format) as PyG ``Data``
+  (``pos, x, y, edge_index, edge_attr, node_type``) with dataset-wide normalisation statistics.
+- :class:`ShardedMeshDataset`: a folder written by ``meshshard preprocess``; each rank reads only
+  its own part of every sample (a :class:`meshshard.ShardedGraph` plus local tensors).
+- :class:`DatasetStats`, :class:`FieldStats`, :class:`Moments`: mean / std computed once.
+"""
+from meshshard.datasets.fields import edge_features, field_columns, mesh_to_data, node_type_ids, parse_field, select_fields
+from meshshard.datasets.mesh_dataset import MeshDataset, list_mesh_files, model_inputs, node_type_vocabulary
+from meshshard.datasets.preprocess import PreprocessResult, preprocess_dataset, read_dataset_meta, verify_dataset
+from meshshard.datasets.sharded import ShardedMeshDataset, ShardedSample
+from meshshard.datasets.stats import DatasetStats, FieldStats, Moments, sample_moments
+
+__all__ = [
+    "MeshDataset",
+    "ShardedMeshDataset",
+    "ShardedSample",
+    "preprocess_dataset",
+    "PreprocessResult",
+    "read_dataset_meta",
+    "verify_dataset",
+    "list_mesh_files",
+    "model_inputs",
+    "node_type_vocabulary",
+    "DatasetStats",
+    "FieldStats",
+    "Moments",
+    "sample_moments",
+    "edge_features",
+    "field_columns",
+    "mesh_to_data",
+    "node_type_ids",
+    "parse_field",
+    "select_fields",
+]

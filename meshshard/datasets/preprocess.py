@@ -1,0 +1,298 @@
+"""Turn a dataset of meshes with point fields into sharded training data (``meshshard preprocess``).
+
+Layout of ``OUT/``::
+
+    meta.json                 dataset level: settings, feature/target columns, node types,
+                              normalisation statistics, and per sample its folder, source file,
+                              source sha256 and the sha256 of every file in its folder
+    00000_<stem>/             one shard folder per sample, written by meshshard.graph.save_parts:
+        meta.json             (sample settings, per-sample moments, node-set names, file sha256)
+        partition.pt, part_0000.pt, ...
+                              node_data: pos, x, y, node_type_id (owned + ghost rows)
+                              edge_data: edge_attr (local edges)
+
+Samples are processed in parallel (one process per file), each folder is written atomically by
+``save_parts`` (``meta.json`` last), and a rerun skips every sample whose folder verifies and was
+written with the same settings from the same source, so an interrupted run resumes where it
+stopped. The dataset ``meta.json`` is written last, so a folder without it is never mistaken for
+a finished dataset.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, Dict, List, Optional, Sequence, Union
+
+import torch
+
+from meshshard._fileutil import atomic_path, sha256_file
+from meshshard.datasets.stats import DatasetStats, Moments, STAT_KEYS
+
+__all__ = ["preprocess_dataset", "PreprocessResult", "DATASET_FORMAT", "DATASET_FORMAT_VERSION", "sample_dir_name",
+           "read_dataset_meta", "verify_dataset"]
+
+DATASET_FORMAT = "meshshard-dataset"
+DATASET_FORMAT_VERSION = 1
+PathLike = Union[str, os.PathLike]
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def sample_dir_name(index: int, path: PathLike) -> str:
+    """Folder name of sample ``index`` read from ``path``: ``00003_<stem>`` (safe characters only)."""
+    stem = Path(path).name.split(".")[0]
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem)[:60] or "sample"
+    return f"{index:05d}_{stem}"
+
+
+@dataclass
+class PreprocessResult:
+    """What :func:`preprocess_dataset` did."""
+
+    out_dir: Path
+    written: List[str]
+    skipped: List[str]
+    stats: DatasetStats
+    seconds: float
+
+
+def _settings(num_parts, method, halo_hops, features, targets, seed, dtype) -> dict:
+    return {"num_parts": int(num_parts), "method": str(method), "halo_hops": int(halo_hops),
+            "features": list(features), "targets": list(targets), "seed": int(seed), "dtype": str(dtype)}
+
+
+def _sample_is_done(sample_dir: Path, settings: dict, source_sha: str) -> Optional[dict]:
+    """The sample's meta.json when its folder verifies and matches settings and source; else None."""
+    from meshshard.graph import read_meta, verify_parts
+
+    if not (sample_dir / "meta.json").exists():
+        return None
+    if verify_parts(sample_dir):
+        return None
+    meta = read_meta(sample_dir)
+    if meta.get("settings") != settings or meta.get("source_sha256") != source_sha:
+        return None
+    return meta
+
+
+def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: int = 1) -> dict:
+    """Read, partition and write one sample (runs in a worker process). Returns its meta.json."""
+    torch.set_num_threads(max(1, threads))
+    from meshshard.datasets.fields import field_columns, mesh_arrays, node_type_ids
+    from meshshard.datasets.stats import sample_moments
+    from meshshard.graph import read_meta, save_parts
+    from meshshard.io import read_mesh
+    from meshshard.partitioners import partition
+
+    src = Path(path)
+    sample_dir = Path(out_dir) / sample_dir_name(index, src)
+    source_sha = sha256_file(src)
+    done = _sample_is_done(sample_dir, settings, source_sha)
+    if done is not None:
+        return {"skipped": True, "meta": done, "dir": sample_dir.name}
+    if sample_dir.exists():  # a stale or damaged folder: start it again from nothing
+        shutil.rmtree(sample_dir)
+    mesh = read_mesh(src)
+    names = sorted(mesh.node_sets)  # per-sample node types: ids into this sorted list (0 = interior)
+    data = SimpleNamespace(**mesh_arrays(mesh, settings["features"], settings["targets"], names, dtype=torch.float64))
+    moments = sample_moments(data)
+    method = settings["method"]
+    part = partition(mesh.points, settings["num_parts"], method=method,
+                     edge_index=data.edge_index, seed=settings["seed"])
+    dtype = _DTYPES[settings["dtype"]]
+    node_data = {
+        "pos": data.pos.to(dtype),
+        "x": data.x.to(dtype),
+        "y": data.y.to(dtype),
+        "node_type_id": node_type_ids(mesh, names),
+    }
+    meta = {
+        "settings": settings,
+        "source": str(src),
+        "source_sha256": source_sha,
+        "sample_index": index,
+        "node_set_names": names,
+        "feature_columns": field_columns(mesh, settings["features"]),
+        "target_columns": field_columns(mesh, settings["targets"]),
+        "moments": {k: moments[k].to_dict() for k in STAT_KEYS},
+    }
+    save_parts(sample_dir, data.edge_index, part, node_data=node_data,
+               edge_data={"edge_attr": data.edge_attr.to(dtype)}, halo_hops=settings["halo_hops"],
+               meta=meta, progress=False)
+    return {"skipped": False, "meta": read_meta(sample_dir), "dir": sample_dir.name}
+
+
+def preprocess_dataset(
+    inputs: Union[PathLike, Sequence[PathLike]],
+    out_dir: PathLike,
+    num_parts: int,
+    features: Sequence[str],
+    targets: Sequence[str],
+    method: str = "kdtree",
+    halo_hops: int = 1,
+    workers: int = 1,
+    seed: int = 0,
+    dtype: str = "float32",
+    progress: bool = True,
+    on_sample: Optional[Callable[[str, bool], None]] = None,
+) -> PreprocessResult:
+    """Partition every mesh of a dataset and write it as sharded training data (see module doc).
+
+    Args:
+        inputs: a folder of mesh files, one file, or a list of files (any meshio format).
+        out_dir: output folder.
+        num_parts: parts per sample (= ranks that will train on it).
+        features: field specs of the node inputs ``x`` (``"velocity"``, ``"velocity[0,1]"``, ``"pos"``).
+        targets: field specs of ``y``.
+        method: partitioner (``kdtree``, ``morton``, ``hilbert``, ``graph``).
+        halo_hops: halo depth stored per part (``>= num_layers`` lets MeshGraphNet exchange once).
+        workers: processes working on files in parallel.
+        seed: partitioner seed.
+        dtype: ``"float32"`` or ``"float64"`` storage of node and edge features.
+        progress: show a tqdm bar over samples.
+        on_sample: called with ``(sample_dir_name, skipped)`` as each sample finishes.
+
+    Returns:
+        :class:`PreprocessResult`.
+    """
+    from tqdm.auto import tqdm
+
+    from meshshard.datasets.mesh_dataset import list_mesh_files, node_type_vocabulary
+
+    files = list_mesh_files(inputs)
+    if isinstance(features, str) or isinstance(targets, str):
+        raise TypeError("features and targets must be lists of field names")
+    if not isinstance(num_parts, int) or num_parts < 1:
+        raise ValueError(f"num_parts must be an int >= 1, got {num_parts!r}")
+    if not isinstance(halo_hops, int) or halo_hops < 1:
+        raise ValueError(f"halo_hops must be an int >= 1, got {halo_hops!r}")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    if not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    names = [sample_dir_name(i, f) for i, f in enumerate(files)]
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    settings = _settings(num_parts, method, halo_hops, features, targets, seed, dtype)
+    # The dataset meta.json vouches for every sample: remove it until all of them are done again.
+    (out / "meta.json").unlink(missing_ok=True)
+
+    t0 = time.perf_counter()
+    results: Dict[int, dict] = {}
+    bar = tqdm(total=len(files), desc="preprocess", unit="mesh", disable=not progress)
+    try:
+        if workers == 1 or len(files) == 1:
+            threads = torch.get_num_threads()
+            for i, f in enumerate(files):
+                results[i] = _process_one(i, str(f), str(out), settings, threads)
+                bar.update(1)
+                if on_sample:
+                    on_sample(results[i]["dir"], results[i]["skipped"])
+        else:
+            import multiprocessing as mp
+
+            threads = max(1, (os.cpu_count() or 1) // workers)
+            with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=mp.get_context("spawn")) as pool:
+                futures = {pool.submit(_process_one, i, str(f), str(out), settings, threads): i for i, f in enumerate(files)}
+                for fut in as_completed(futures):
+                    i = futures[fut]
+                    try:
+                        results[i] = fut.result()
+                    except Exception as exc:
+                        for other in futures:
+                            other.cancel()
+                        raise type(exc)(f"{files[i]}: {exc}") if isinstance(exc, (ValueError, TypeError)) else exc
+                    bar.update(1)
+                    if on_sample:
+                        on_sample(results[i]["dir"], results[i]["skipped"])
+    finally:
+        bar.close()
+
+    metas = [results[i]["meta"] for i in range(len(files))]
+    cols = {(tuple(m["feature_columns"]), tuple(m["target_columns"])) for m in metas}
+    if len(cols) > 1:
+        raise ValueError(f"samples disagree on feature/target columns (vector fields of different widths?): {sorted(cols)}")
+    per_sample = [{k: Moments.from_dict(m["moments"][k]) for k in STAT_KEYS} for m in metas]
+    stats = DatasetStats.from_sample_moments(per_sample)
+    samples = []
+    for i, (f, m) in enumerate(zip(files, metas)):
+        d = out / names[i]
+        samples.append({
+            "name": names[i],
+            "dir": names[i],
+            "source": str(f),
+            "source_sha256": m["source_sha256"],
+            "num_nodes": m["num_nodes"],
+            "num_edges": m["num_edges"],
+            "node_set_names": m["node_set_names"],
+            "meta_sha256": sha256_file(d / "meta.json"),
+            "files": m["files"],
+        })
+    dataset_meta = {
+        "format": DATASET_FORMAT,
+        "format_version": DATASET_FORMAT_VERSION,
+        **settings,
+        "feature_columns": metas[0]["feature_columns"],
+        "target_columns": metas[0]["target_columns"],
+        "node_types": node_type_vocabulary([m["node_set_names"] for m in metas]),
+        "num_samples": len(files),
+        "stats": stats.to_dict(),
+        "samples": samples,
+    }
+    with atomic_path(out / "meta.json") as tmp:
+        Path(tmp).write_text(json.dumps(dataset_meta, indent=1))
+    skipped = [results[i]["dir"] for i in range(len(files)) if results[i]["skipped"]]
+    written = [results[i]["dir"] for i in range(len(files)) if not results[i]["skipped"]]
+    return PreprocessResult(out, written, skipped, stats, time.perf_counter() - t0)
+
+
+def read_dataset_meta(root: PathLike) -> dict:
+    """Read a preprocessed dataset's ``meta.json``.
+
+    Raises:
+        FileNotFoundError: no ``meta.json`` (not preprocessed, or the run did not finish).
+        ValueError: not a meshshard dataset, or a newer format.
+    """
+    path = Path(root) / "meta.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: not a preprocessed meshshard dataset, or preprocessing "
+                                "did not finish (rerun `meshshard preprocess` to resume)")
+    try:
+        meta = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    if not isinstance(meta, dict) or meta.get("format") != DATASET_FORMAT:
+        raise ValueError(f"{path}: not a meshshard dataset meta.json (format {meta.get('format') if isinstance(meta, dict) else None!r})")
+    if int(meta.get("format_version", -1)) > DATASET_FORMAT_VERSION:
+        raise ValueError(f"{path}: dataset format {meta['format_version']} is newer than this meshshard reads")
+    return meta
+
+
+def verify_dataset(root: PathLike) -> List[str]:
+    """Check every sample folder against the checksums in the dataset ``meta.json``.
+
+    Returns:
+        Problems found (one line each); empty when the dataset is intact.
+    """
+    from meshshard.graph import verify_parts
+
+    try:
+        meta = read_dataset_meta(root)
+    except (FileNotFoundError, ValueError) as exc:
+        return [str(exc)]
+    problems = []
+    for s in meta["samples"]:
+        d = Path(root) / s["dir"]
+        if not (d / "meta.json").exists():
+            problems.append(f"{s['dir']}: meta.json missing")
+            continue
+        if sha256_file(d / "meta.json") != s["meta_sha256"]:
+            problems.append(f"{s['dir']}/meta.json: sha256 differs from the dataset meta.json")
+        problems += [f"{s['dir']}/{p}" for p in verify_parts(d)]
+    return problems

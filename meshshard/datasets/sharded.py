@@ -1,0 +1,159 @@
+"""A preprocessed dataset read shard by shard: each rank loads only its own part of every sample."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional, Tuple, Union
+
+import torch
+
+from meshshard.datasets.preprocess import read_dataset_meta
+from meshshard.datasets.stats import DatasetStats, Moments, STAT_KEYS
+
+__all__ = ["ShardedMeshDataset", "ShardedSample"]
+
+PathLike = Union[str, os.PathLike]
+
+
+@dataclass
+class ShardedSample:
+    """One sample on one rank.
+
+    Attributes:
+        graph: this rank's :class:`meshshard.ShardedGraph` (owned + ghost nodes, exchange plan).
+        pos, x, y: ``[num_owned, *]`` rows of the owned nodes (in ``graph.global_ids`` order).
+        node_type: ``[num_owned, T + 1]`` one-hot in the DATASET's node-type vocabulary.
+        edge_attr: ``[E_local, d + 1]`` aligned with ``graph.edge_index``.
+        name: the sample's folder name.
+    """
+
+    graph: object
+    pos: torch.Tensor
+    x: torch.Tensor
+    y: torch.Tensor
+    node_type: torch.Tensor
+    edge_attr: torch.Tensor
+    name: str
+
+    @property
+    def owned_ids(self) -> torch.Tensor:
+        """Original node ids of the owned rows."""
+        return self.graph.global_ids[: self.graph.num_owned]
+
+
+class ShardedMeshDataset(torch.utils.data.Dataset):
+    r"""A dataset written by ``meshshard preprocess`` (or :func:`preprocess_dataset`), read per rank.
+
+    ``ds[i]`` reads only this rank's ``part_XXXX.pt`` of sample ``i`` (checksum verified) and
+    returns a :class:`ShardedSample`. Building its ShardedGraph is collective: every rank of the
+    group must ask for the same samples in the same order.
+
+    Args:
+        root: the preprocessed folder (with the dataset ``meta.json``).
+        rank: this rank (default: the group rank).
+        group: process group (default: the world); its size must equal the dataset's parts.
+        dtype: floating dtype of the returned tensors (default: as stored).
+        cache: keep loaded samples in memory.
+
+    Attributes:
+        meta (dict): the dataset ``meta.json``.
+        stats (:class:`DatasetStats`): normalisation statistics of the whole dataset, computed
+            once at preprocessing; the same on every rank and equal to
+            :attr:`MeshDataset.stats` of the source files.
+        node_types (list[str]), feature_columns, target_columns.
+    """
+
+    def __init__(self, root: PathLike, rank: Optional[int] = None, group=None,
+                 dtype: Optional[torch.dtype] = None, cache: bool = True) -> None:
+        from meshshard.distributed import get_rank, get_world_size
+
+        self.root = Path(root)
+        self.meta = read_dataset_meta(self.root)
+        self.group = group
+        self.rank = get_rank(group) if rank is None else int(rank)
+        world = get_world_size(group)
+        if int(self.meta["num_parts"]) != world:
+            raise ValueError(f"{self.root} was preprocessed into {self.meta['num_parts']} parts but this group has "
+                             f"{world} ranks; rerun `meshshard preprocess -k {world}` or launch {self.meta['num_parts']} ranks")
+        self.stats = DatasetStats.from_dict(self.meta["stats"])
+        self.node_types: List[str] = list(self.meta["node_types"])
+        self.feature_columns: List[str] = list(self.meta["feature_columns"])
+        self.target_columns: List[str] = list(self.meta["target_columns"])
+        self.dtype = dtype
+        self.cache = cache
+        self._cache: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.meta["samples"])
+
+    @property
+    def halo_hops(self) -> int:
+        return int(self.meta["halo_hops"])
+
+    @property
+    def num_node_features(self) -> int:
+        """Width of ``x_in`` from :meth:`model_inputs` (features + one-hot node type)."""
+        return len(self.feature_columns) + len(self.node_types) + 1
+
+    @property
+    def num_edge_features(self) -> int:
+        return len(self.stats.edge_attr.mean)
+
+    @property
+    def num_targets(self) -> int:
+        return len(self.target_columns)
+
+    def __getitem__(self, idx: int) -> ShardedSample:
+        if not -len(self) <= idx < len(self):
+            raise IndexError(f"sample {idx} out of range for {len(self)} samples")
+        idx %= len(self)
+        if idx in self._cache:
+            return self._cache[idx]
+        from meshshard.graph import ShardedGraph
+
+        entry = self.meta["samples"][idx]
+        g = ShardedGraph.load(self.root / entry["dir"], rank=self.rank, group=self.group)
+        n_own = g.num_owned
+        nd, ed = g.node_data, g.edge_data
+        # Sample-local node-type ids -> the dataset's vocabulary (both are sorted name lists).
+        lut = torch.tensor([0] + [self.node_types.index(n) + 1 for n in entry["node_set_names"]], dtype=torch.long)
+        node_type = torch.nn.functional.one_hot(lut[nd["node_type_id"][:n_own]], len(self.node_types) + 1)
+        dtype = self.dtype or nd["x"].dtype
+        sample = ShardedSample(
+            graph=g,
+            pos=nd["pos"][:n_own].to(dtype),
+            x=nd["x"][:n_own].to(dtype),
+            y=nd["y"][:n_own].to(dtype),
+            node_type=node_type.to(dtype),
+            edge_attr=ed["edge_attr"].to(dtype),
+            name=entry["name"],
+        )
+        if self.cache:
+            self._cache[idx] = sample
+        return sample
+
+    def model_inputs(self, sample: ShardedSample) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(x_in [num_owned, F], edge_attr_in [E_local, d+1], y [num_owned, T])`` normalised with
+        :attr:`stats`, ready for ``MeshGraphNet(x_in, edge_attr_in, graph=sample.graph)``."""
+        from meshshard.datasets.mesh_dataset import model_inputs
+
+        return model_inputs(sample, self.stats)
+
+    def compute_stats(self) -> DatasetStats:
+        """Recompute the statistics from the shards (collective): each rank contributes its owned
+        nodes and the edges into them (every node and edge counted once), merged over ranks and
+        samples. Agrees with :attr:`stats` to float64 rounding."""
+        per_sample = []
+        for i in range(len(self)):
+            s = self[i]
+            n_edges = int(s.graph.edge_hop_ptr[1]) if hasattr(s.graph, "edge_hop_ptr") else \
+                int((s.graph.edge_index[1] < s.graph.num_owned).sum())
+            local = {"x": Moments.of(s.x.double()), "y": Moments.of(s.y.double()),
+                     "edge_attr": Moments.of(s.edge_attr[:n_edges].double())}
+            per_sample.append({k: local[k].all_reduce(self.group) for k in STAT_KEYS})
+        return DatasetStats.from_sample_moments(per_sample)
+
+    def __repr__(self) -> str:
+        return (f"ShardedMeshDataset({self.root}, {len(self)} samples, rank {self.rank}/{self.meta['num_parts']}, "
+                f"features={self.feature_columns}, targets={self.target_columns})")

@@ -1,0 +1,119 @@
+"""`meshshard preprocess` on real meshes: parallel workers, statistics, an interrupted run that
+resumes, and a corrupted part file that is detected and rewritten."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from meshshard.cli import main
+
+
+def _samples(tmp_path, data_dir, n):
+    """n sample files: links to the real CFD solution under different names (no copies)."""
+    src = tmp_path / "cases"
+    src.mkdir()
+    for i in range(n):
+        (src / f"case{i}.vtu").symlink_to(data_dir / "cylinder_crossflow_re35.vtu")
+    return src
+
+
+def test_preprocess_real_meshes_with_workers(tmp_path, data_dir, capsys):
+    from meshshard.datasets import DatasetStats, MeshDataset, ShardedMeshDataset, read_dataset_meta, verify_dataset
+
+    files = [data_dir / "naca0012_inviscid.su2", data_dir / "rae2822_turb.su2", data_dir / "cylinder_laminar.su2"]
+    out = tmp_path / "out"
+    rc = main(["preprocess", *map(str, files), "-k", "3", "-m", "kdtree", "-o", str(out),
+               "--features", "pos", "--targets", "pos[0]", "--halo-hops", "2", "--workers", "2", "--quiet"])
+    assert rc == 0
+    assert "3 written" in capsys.readouterr().out
+    meta = read_dataset_meta(out)
+    assert [s["source"] for s in meta["samples"]] == list(map(str, files))
+    assert meta["num_parts"] == 3 and meta["halo_hops"] == 2
+    assert meta["feature_columns"] == ["pos_0", "pos_1"] and meta["target_columns"] == ["pos_0"]
+    assert meta["node_types"] == ["AIRFOIL", "FARFIELD", "airfoil", "cylinder", "farfield"]
+    assert verify_dataset(out) == []
+    # statistics computed once, by worker processes, equal the single-process dataset's exactly
+    ref = MeshDataset(files, ["pos"], ["pos[0]"])
+    assert DatasetStats.from_dict(meta["stats"]).equal(ref.stats)
+    with pytest.raises(ValueError, match="3 parts"):
+        ShardedMeshDataset(out)  # this process is world size 1
+
+
+def test_interrupted_preprocess_resumes(tmp_path, data_dir, capsys):
+    from meshshard.datasets import MeshDataset, read_dataset_meta, verify_dataset
+    from meshshard.graph import verify_parts
+
+    src = _samples(tmp_path, data_dir, 3)
+    out = tmp_path / "out"
+    args = [str(src), "-k", "2", "-o", str(out), "--features", "velocity[0,1]", "--targets", "pressure",
+            "--halo-hops", "2", "--quiet"]
+    proc = subprocess.Popen([sys.executable, "-m", "meshshard", "preprocess", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    first = out / "00000_case0" / "meta.json"
+    deadline = time.monotonic() + 120
+    try:
+        while not first.exists():  # kill it as soon as the first sample is complete
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "preprocess wrote nothing within 120 s"
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert not (out / "meta.json").exists(), "an interrupted run must not leave a dataset meta.json"
+    done = sorted(d.name for d in out.iterdir() if d.is_dir() and verify_parts(d) == [])
+    assert "00000_case0" in done and len(done) < 3
+    for part in out.glob("*/part_*.pt"):  # no partial file under a real part name
+        torch.load(part, weights_only=True)
+
+    assert main(["preprocess", *args]) == 0
+    assert f"{3 - len(done)} written, {len(done)} already done" in capsys.readouterr().out
+    assert verify_dataset(out) == []
+    assert not list(out.glob("*/.*.tmp")), "stale temporary files left behind"
+    meta = read_dataset_meta(out)
+    ref = MeshDataset(sorted(src.iterdir()), ["velocity[0,1]"], ["pressure"])
+    from meshshard.datasets import DatasetStats
+
+    assert DatasetStats.from_dict(meta["stats"]).equal(ref.stats)
+
+
+def test_corrupted_part_is_detected_and_rewritten(tmp_path, data_dir, capsys):
+    from meshshard.datasets import read_dataset_meta, verify_dataset
+    from meshshard.graph import load_part
+
+    src = _samples(tmp_path, data_dir, 2)
+    out = tmp_path / "out"
+    args = [str(src), "-k", "2", "-m", "kdtree", "-o", str(out), "--features", "velocity", "--targets", "pressure", "--quiet"]
+    assert main(["preprocess", *args]) == 0
+    before = read_dataset_meta(out)
+    bad = out / "00001_case1" / "part_0001.pt"
+    raw = bytearray(bad.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    bad.write_bytes(bytes(raw))
+    problems = verify_dataset(out)
+    assert problems and all("00001_case1/part_0001.pt" in p for p in problems)
+    with pytest.raises(ValueError, match="sha256"):
+        load_part(out / "00001_case1", 1)
+    capsys.readouterr()
+    assert main(["preprocess", *args]) == 0
+    assert "1 written, 1 already done" in capsys.readouterr().out
+    assert verify_dataset(out) == []
+    after = read_dataset_meta(out)
+    assert after["stats"] == before["stats"]
+    assert after["samples"][0]["meta_sha256"] == before["samples"][0]["meta_sha256"]  # untouched sample kept
+
+
+def test_preprocess_bad_input(tmp_path, data_dir, capsys):
+    vtu = str(data_dir / "cylinder_crossflow_re35.vtu")
+    assert main(["preprocess", vtu, "-k", "2", "-o", str(tmp_path / "o"), "--features", "nosuchfield", "--quiet"]) == 2
+    assert "nosuchfield" in capsys.readouterr().err
+    assert main(["preprocess", str(tmp_path / "missing.vtu"), "-k", "2", "-o", str(tmp_path / "o")]) == 2
+    assert main(["preprocess", vtu, "-k", "0", "-o", str(tmp_path / "o"), "--quiet"]) == 2
+    mixed = [vtu, str(data_dir / "brick_tets.su2")]  # 2D and 3D: pos has 2 vs 3 columns
+    capsys.readouterr()
+    assert main(["preprocess", *mixed, "-k", "2", "-o", str(tmp_path / "m"), "--features", "pos", "--quiet"]) == 2
+    assert "disagree" in capsys.readouterr().err

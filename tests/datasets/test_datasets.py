@@ -1,0 +1,139 @@
+"""MeshDataset on real meshes; preprocessed + ShardedMeshDataset rows and statistics equal the
+single-process dataset on 1-3 ranks."""
+import numpy as np
+import pytest
+import torch
+
+from meshshard.testing import run_distributed
+
+FIELDS = (["velocity"], ["pressure", "vorticity_mag"])  # vector field flattens to 3 columns
+
+
+def _marker_files(data_dir):
+    return [data_dir / "naca0012_inviscid.su2", data_dir / "rae2822_turb.su2", data_dir / "cylinder_crossflow_re35.vtu"]
+
+
+def test_mesh_dataset_fields_and_stats(data_dir):
+    import meshio
+
+    from meshshard.datasets import MeshDataset
+
+    vtu = data_dir / "cylinder_crossflow_re35.vtu"
+    ds = MeshDataset([vtu], *FIELDS, dtype=torch.float64)
+    d = ds[0]
+    raw = meshio.read(vtu)
+    n = raw.points.shape[0]
+    assert d.x.shape == (n, 3) and d.y.shape == (n, 2) and d.pos.shape == (n, 2)
+    np.testing.assert_array_equal(d.x.numpy(), raw.point_data["velocity"].astype(np.float64))
+    np.testing.assert_array_equal(d.y[:, 1].numpy(), raw.point_data["vorticity_mag"].astype(np.float64))
+    src, dst = d.edge_index
+    torch.testing.assert_close(d.edge_attr[:, :2], d.pos[src] - d.pos[dst], rtol=0, atol=0)
+    torch.testing.assert_close(d.edge_attr[:, 2], (d.pos[src] - d.pos[dst]).norm(dim=1), rtol=0, atol=0)
+    assert d.node_type.shape == (n, 1) and bool((d.node_type == 1).all())  # no markers: all interior
+    # statistics = plain numpy mean / population std; the constant z-velocity only gets centred
+    s = ds.stats
+    np.testing.assert_allclose(s.x.mean.numpy(), raw.point_data["velocity"].astype(np.float64).mean(0), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(s.y.std.numpy()[1], raw.point_data["vorticity_mag"].astype(np.float64).std(), rtol=1e-12)
+    assert s.edge_attr.count == d.edge_index.shape[1]
+    x_in, e_in, y_in = ds.model_inputs(d)
+    np.testing.assert_allclose(y_in.mean(0).numpy(), 0, atol=1e-10)
+    np.testing.assert_allclose(y_in.std(0, unbiased=False).numpy(), 1, rtol=1e-10)
+    assert torch.equal(x_in[:, 2], torch.zeros(n, dtype=torch.float64))  # constant column centred, not blown up
+    assert x_in.shape == (n, 3 + 1)
+    # component selection and a clear error for a missing field
+    assert MeshDataset([vtu], ["velocity[0,1]"], ["pressure"])[0].x.shape == (n, 2)
+    with pytest.raises(ValueError, match="temperature"):
+        MeshDataset([vtu], ["temperature"], [])[0]
+    with pytest.raises(ValueError, match="components"):
+        MeshDataset([vtu], ["velocity[5]"], [])[0]
+
+
+def test_node_types_from_markers_over_several_files(data_dir):
+    from meshshard.datasets import MeshDataset
+    from meshshard.io import read_mesh
+
+    files = _marker_files(data_dir)
+    ds = MeshDataset(files, ["pos"], ["pos[1]"], dtype=torch.float64)
+    assert ds.node_types == ["AIRFOIL", "FARFIELD", "airfoil", "farfield"]
+    naca = ds[0]
+    mesh = read_mesh(files[0])
+    types = naca.node_type.argmax(1)
+    assert naca.node_type.shape[1] == 5 and bool((naca.node_type.sum(1) == 1).all())
+    assert torch.equal(torch.nonzero(types == 3).flatten(), mesh.node_sets["airfoil"])
+    assert int((types == 0).sum()) == mesh.num_nodes - len(set(mesh.node_sets["airfoil"].tolist()) | set(mesh.node_sets["farfield"].tolist()))
+    # stats merge over files = stats of the concatenation
+    allx = torch.cat([ds[i].pos.double() for i in range(len(ds))])
+    torch.testing.assert_close(ds.stats.x.mean, allx.mean(0), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(ds.stats.x.std, allx.std(0, unbiased=False), rtol=1e-12, atol=1e-12)
+
+
+def _sharded_rank(rank, world_size, roots, references):
+    from meshshard.datasets import ShardedMeshDataset, model_inputs
+
+    out = {}
+    for root, (samples, stats, node_types) in zip(roots, references):
+        ds = ShardedMeshDataset(root)
+        assert ds.stats.equal(stats), "stored statistics differ from the single-process dataset's"
+        assert ds.node_types == node_types
+        re = ds.compute_stats()  # from owned rows on every rank, all-reduced
+        assert re.equal(stats, rtol=1e-12, atol=1e-12)
+        for i in range(len(ds)):
+            s, d = ds[i], samples[i]
+            own = s.owned_ids
+            assert s.x.shape[0] == s.graph.num_owned
+            for key in ("x", "y", "pos", "node_type"):
+                assert torch.equal(getattr(s, key), getattr(d, key)[own]), f"{key} rows of sample {i}"
+            assert torch.equal(s.edge_attr, d.edge_attr[s.graph.edge_ids])
+            xs, es, ys = ds.model_inputs(s)
+            xr, er, yr = model_inputs(d, stats)
+            assert torch.equal(xs, xr[own]) and torch.equal(es, er[s.graph.edge_ids]) and torch.equal(ys, yr[own])
+        out[str(root)] = int(sum(ds[i].graph.num_owned for i in range(len(ds))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def references(data_dir):
+    """Single-process datasets (float64) of both test datasets: samples, stats, node types."""
+    from meshshard.datasets import MeshDataset
+
+    out = []
+    for files, feats, targs in (([data_dir / "cylinder_crossflow_re35.vtu"], *FIELDS),
+                                (_marker_files(data_dir), ["pos"], ["pos[1]"])):
+        ds = MeshDataset(files, feats, targs, dtype=torch.float64)
+        out.append(([ds[i] for i in range(len(ds))], ds.stats, ds.node_types))
+    return out
+
+
+@pytest.fixture(scope="module")
+def preprocessed(tmp_path_factory, data_dir):
+    from meshshard.datasets import preprocess_dataset
+
+    vtu = data_dir / "cylinder_crossflow_re35.vtu"
+    roots = {}
+    for k in (1, 2, 3):
+        base = tmp_path_factory.mktemp(f"ds{k}")
+        preprocess_dataset([vtu], base / "fields", k, *FIELDS, method="kdtree", halo_hops=2, dtype="float64", progress=False)
+        preprocess_dataset(_marker_files(data_dir), base / "markers", k, ["pos"], ["pos[1]"], method="kdtree",
+                           dtype="float64", progress=False)
+        roots[k] = base
+    return roots
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_sharded_dataset_equals_single_process(preprocessed, references, world_size):
+    base = preprocessed[world_size]
+    res = run_distributed(_sharded_rank, world_size, timeout=220, args=([base / "fields", base / "markers"], references))
+    # every node is owned by exactly one rank
+    total = {k: sum(r[k] for r in res) for k in res[0]}
+    assert total[str(base / "fields")] == 14831
+    assert total[str(base / "markers")] == 5233 + 13937 + 14831
+
+
+def test_sharded_dataset_needs_matching_world_size(preprocessed):
+    from meshshard.datasets import ShardedMeshDataset
+
+    with pytest.raises(ValueError, match="2 parts"):
+        ShardedMeshDataset(preprocessed[2] / "fields")  # world size 1 here
+    with pytest.raises(FileNotFoundError, match="meta.json"):
+        ShardedMeshDataset(preprocessed[2])  # not a dataset folder
