@@ -17,16 +17,18 @@ from meshshard.distributed import ReduceOp, all_reduce, broadcast, get_world_siz
 __all__ = ["global_mse_loss", "global_sum_and_count", "all_reduce_gradients", "broadcast_parameters"]
 
 
-class _AddConstant(torch.autograd.Function):
-    """``x + c`` where ``c`` is a value computed elsewhere (no gradient), keeping x's gradient."""
+class _GlobalMean(torch.autograd.Function):
+    """Value ``global_sum / count`` (identical on every rank); gradient of ``local_sum / count``."""
 
     @staticmethod
-    def forward(ctx, x, c):
-        return x + c
+    def forward(ctx, local_sum, global_sum, count):
+        ctx.save_for_backward(count)
+        return (global_sum / count).to(local_sum.dtype)
 
     @staticmethod
     def backward(ctx, grad):
-        return grad, None
+        (count,) = ctx.saved_tensors
+        return grad / count.to(grad.dtype), None, None
 
 
 def global_sum_and_count(local_sum: torch.Tensor, local_count: int, group=None):
@@ -70,11 +72,9 @@ def global_mse_loss(pred: torch.Tensor, target: torch.Tensor, group=None, mask: 
     g_sum, g_count = global_sum_and_count(local_sum, sq.numel(), group)
     if float(g_count) == 0:
         raise ValueError("global_mse_loss: no rows on any rank (empty prediction everywhere)")
-    count = g_count.to(pred.dtype)
-    share = local_sum / count
-    # value = global mean; gradient = this rank's share only (the other ranks' shares are theirs).
-    rest = ((g_sum - local_sum.detach().to(torch.float64)) / g_count).to(pred.dtype)
-    return _AddConstant.apply(share, rest)
+    # Value: the global mean, bit-identical on every rank; gradient: this rank's share only
+    # (the other ranks' shares reach their own parameters there).
+    return _GlobalMean.apply(local_sum, g_sum.to(local_sum.device), g_count.to(local_sum.device))
 
 
 def all_reduce_gradients(module: nn.Module, group=None) -> None:

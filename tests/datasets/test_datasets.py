@@ -137,3 +137,22 @@ def test_sharded_dataset_needs_matching_world_size(preprocessed):
         ShardedMeshDataset(preprocessed[2] / "fields")  # world size 1 here
     with pytest.raises(FileNotFoundError, match="meta.json"):
         ShardedMeshDataset(preprocessed[2])  # not a dataset folder
+
+
+def test_synthetic_cylinder_channel():
+    import numpy as np
+
+    from meshshard.datasets.synthetic import cylinder_channel_mesh, potential_flow_fields
+
+    mesh = cylinder_channel_mesh(3000)
+    assert 2000 < mesh.num_nodes < 4500
+    assert {k for k, v in mesh.node_sets.items() if v.numel()} == {"cylinder", "inlet", "outlet", "walls"}
+    cyl = mesh.node_sets["cylinder"].numpy()
+    rel = mesh.points[cyl] - np.array([3.0, 0.0])
+    np.testing.assert_allclose(np.linalg.norm(rel, axis=1), 0.5, atol=1e-6)
+    vel = mesh.point_data["velocity"]
+    normal = (vel[cyl] * rel).sum(1) / 0.5
+    np.testing.assert_allclose(normal, 0, atol=1e-6)  # no flow through the cylinder
+    far = potential_flow_fields(np.array([[1e4, 3.0]]))
+    np.testing.assert_allclose(far["velocity"], [[1.0, 0.0]], atol=1e-6)
+    assert mesh.edge_index().shape[1] > 5 * mesh.num_nodes

@@ -83,6 +83,7 @@ def _sharded_rank(rank, world_size, x, ei, e, y, pos):
                 grad=grad_diff / grad_scale,
                 param=param_diff,
                 num_ghost=g.num_ghost,
+                loss_value=float(loss.detach()),
             )
     # exchange="once" needs enough hops: a clear error, not a wrong answer.
     g1 = ShardedGraph.from_partition(ei, part, halo_hops=1)
@@ -112,6 +113,8 @@ def test_sharded_equals_single_process(cylinder, world_size):
             assert r["param"] <= tol, f"{what}: parameters after one SGD step differ by {r['param']}"
             if world_size > 1:
                 assert r["num_ghost"] > 0
+            # the global loss is bit-identical on every rank (one value to log and compare)
+            assert r["loss_value"] == results[0][(dtype, mode, hops)]["loss_value"]
 
 
 def test_single_process_paths_agree(cylinder):
