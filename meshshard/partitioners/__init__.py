@@ -1,4 +1,26 @@
-"""Partitioners (layer 1): pure single-process code, never torch.distributed."""
-from meshshard.partitioners.partition import Partition
+"""Partitioners (layer 1): pure single-process code, never torch.distributed.
 
-__all__ = ["Partition"]
+``partition(points, num_parts, method=...)`` splits a mesh or point cloud with recursive
+coordinate bisection (``"kdtree"``), Morton or Hilbert space-filling curves, or METIS
+(``"graph"``); geometric partitions are refined along their boundary when an ``edge_index`` is
+given. ``partition_quality`` reports edge cut, balance and halo sizes.
+"""
+from meshshard.partitioners.partition import Partition
+from meshshard.partitioners.partitioners import (
+    GraphPartitioner,
+    HilbertPartitioner,
+    KDTreePartitioner,
+    MortonPartitioner,
+    partition,
+)
+from meshshard.partitioners.quality import partition_quality
+
+__all__ = [
+    "Partition",
+    "partition",
+    "partition_quality",
+    "KDTreePartitioner",
+    "MortonPartitioner",
+    "HilbertPartitioner",
+    "GraphPartitioner",
+]

@@ -1,0 +1,123 @@
+"""Weight-balanced cuts of a 1-D order without sorting everything.
+
+"Sort the items by (value, id), then cut the sequence where the prefix weight is nearest each
+target fraction" is what RCB and the space-filling curves need. A full sort costs
+``O(n log n)``; here the items are first counted into monotone buckets (one ``bincount``), and only
+the few buckets a cut falls in are sorted. The answer is the same as the full sort's (for integer
+weights, bit for bit); the full sort remains as the fallback when minimum run sizes push a cut out
+of its bucket (tiny inputs, extreme weights).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+__all__ = ["balanced_runs"]
+
+_SMALL = 1 << 14  # below this, one sort is cheaper than bucketing
+
+
+def _nearest_prefix(prefix_end: np.ndarray, start: float, targets: np.ndarray) -> np.ndarray:
+    """For each target, the count ``k`` of leading items whose prefix weight is nearest it.
+
+    ``prefix_end[i]`` is the weight of items ``0..i``; ``start`` the weight before item 0.
+    Ties go to the shorter prefix.
+    """
+    cum = np.concatenate([[start], prefix_end])
+    k = np.searchsorted(cum, targets, side="left")  # first prefix >= target
+    k = np.clip(k, 0, cum.shape[0] - 1)
+    below = np.maximum(k - 1, 0)
+    take_below = (k > 0) & ((targets - cum[below]) <= (cum[k] - targets))
+    return np.where(take_below, below, k)
+
+
+def _enforce_min_sizes(pos: np.ndarray, run_min: np.ndarray, n: int) -> np.ndarray:
+    """Move cut positions the least so that run ``r`` holds at least ``run_min[r]`` items."""
+    lower = np.cumsum(run_min)[:-1]
+    upper = n - np.cumsum(run_min[::-1])[::-1][1:]
+    shifted = np.clip(pos, lower, upper) - lower
+    return np.maximum.accumulate(shifted) + lower
+
+
+def _runs_from_order(order: np.ndarray, pos: np.ndarray, n: int) -> np.ndarray:
+    run = np.empty(n, dtype=np.int64)
+    run[order] = np.searchsorted(pos, np.arange(n), side="right")
+    return run
+
+
+def balanced_runs(
+    values: np.ndarray,
+    weights: Optional[np.ndarray],
+    fractions: Sequence[float],
+    run_min: Sequence[int],
+    bucket: Optional[np.ndarray] = None,
+    num_buckets: int = 0,
+) -> np.ndarray:
+    """Run id of every item when the items, ordered by ``(value, index)``, are cut by weight.
+
+    Args:
+        values: ``[n]`` sort keys (``uint64`` curve keys or float coordinates).
+        weights: ``[n]`` non-negative float64 weights, or ``None`` for unit weights.
+        fractions: ``R - 1`` increasing cut fractions of the total weight (``j / P`` for ``P``
+            equal runs).
+        run_min: ``R`` minimum run sizes (1 to keep runs non-empty); ``sum(run_min) <= n``.
+        bucket: optional int64 ``[n]`` bucket ids in ``[0, num_buckets)``, non-decreasing in
+            ``values`` (a coarse version of the order). Without it, one full sort is done.
+        num_buckets: number of buckets.
+
+    Returns:
+        int64 ``[n]`` run ids in ``[0, R)``.
+    """
+    n = values.shape[0]
+    fractions = np.asarray(fractions, dtype=np.float64)
+    run_min = np.asarray(run_min, dtype=np.int64)
+    if fractions.size == 0:
+        return np.zeros(n, dtype=np.int64)
+    total = float(weights.sum()) if weights is not None else float(n)
+    targets = fractions * total
+    if bucket is not None and n >= _SMALL:
+        run = _bucketed(values, weights, targets, run_min, bucket, num_buckets)
+        if run is not None:
+            return run
+    order = np.argsort(values, kind="stable")
+    w = np.ones(n) if weights is None else weights[order]
+    pos = _nearest_prefix(np.cumsum(w), 0.0, targets)
+    pos = _enforce_min_sizes(pos, run_min, n)
+    return _runs_from_order(order, pos, n)
+
+
+def _bucketed(values, weights, targets, run_min, bucket, num_buckets) -> Optional[np.ndarray]:
+    n = values.shape[0]
+    counts = np.bincount(bucket, minlength=num_buckets)
+    bw = counts.astype(np.float64) if weights is None else np.bincount(bucket, weights=weights, minlength=num_buckets)
+    cum_w = np.cumsum(bw)
+    cum_n = np.concatenate([[0], np.cumsum(counts)])
+    cut_bucket = np.minimum(np.searchsorted(cum_w, targets, side="left"), num_buckets - 1)
+    cut_buckets = np.unique(cut_bucket)
+    is_cut = np.zeros(num_buckets, dtype=bool)
+    is_cut[cut_buckets] = True
+    members = np.flatnonzero(is_cut[bucket])  # increasing ids
+    # order the members by (bucket, value, id): buckets are monotone in value, so by (value, id)
+    members = members[np.argsort(values[members], kind="stable")]
+    w_members = np.ones(members.shape[0]) if weights is None else weights[members]
+    pos = np.empty(targets.shape[0], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts[cut_buckets])])
+    for i, b in enumerate(cut_buckets):  # at most R - 1 buckets
+        sel = cut_bucket == b
+        seg = w_members[starts[i] : starts[i + 1]]
+        before = float(cum_w[b - 1]) if b > 0 else 0.0
+        k = _nearest_prefix(before + np.cumsum(seg), before, targets[sel])
+        pos[sel] = cum_n[b] + k
+    fixed = _enforce_min_sizes(pos, run_min, n)
+    lo, hi = cum_n[cut_bucket], cum_n[cut_bucket + 1]
+    if ((fixed < lo) | (fixed > hi)).any():
+        return None  # a minimum size moved a cut out of its bucket: let the full sort decide
+    # runs of whole buckets, then the exact runs inside the cut buckets
+    run_of_bucket = np.searchsorted(cut_bucket, np.arange(num_buckets), side="left").astype(np.int64)
+    run = run_of_bucket[bucket]
+    member_pos = np.empty(members.shape[0], dtype=np.int64)
+    for i, b in enumerate(cut_buckets):
+        member_pos[starts[i] : starts[i + 1]] = cum_n[b] + np.arange(starts[i + 1] - starts[i])
+    run[members] = np.searchsorted(fixed, member_pos, side="right")
+    return run

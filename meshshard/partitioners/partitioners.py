@@ -1,0 +1,270 @@
+"""The four partitioner classes and the :func:`partition` front door."""
+from __future__ import annotations
+
+from typing import Dict, Optional, Type
+
+import numpy as np
+import torch
+
+from meshshard.partitioners._graph import symmetric_csr, undirected_pairs, balanced_cuts
+from meshshard.partitioners._validate import (
+    as_edge_index,
+    as_edge_weights,
+    as_node_weights,
+    as_points,
+    check_num_parts,
+    to_numpy,
+)
+from meshshard.partitioners.graph import metis_assignment
+from meshshard.partitioners.kdtree import rcb_assignment
+from meshshard.partitioners.partition import Partition
+from meshshard.partitioners.refine import refine_boundary
+from meshshard.partitioners.sfc import hilbert_keys, morton_keys
+
+__all__ = [
+    "BasePartitioner",
+    "KDTreePartitioner",
+    "MortonPartitioner",
+    "HilbertPartitioner",
+    "GraphPartitioner",
+    "PARTITIONERS",
+    "DEFAULT_IMBALANCE",
+    "partition",
+]
+
+#: default bound on max part weight / mean part weight (refinement and METIS)
+DEFAULT_IMBALANCE = 1.01
+
+
+class BasePartitioner:
+    r"""Common options and input checks of every partitioner.
+
+    Args:
+        imbalance: bound on max part weight / mean part weight kept by boundary refinement
+            (geometric methods) or passed to METIS as ``ufactor`` (graph method); ``>= 1``;
+            default :data:`DEFAULT_IMBALANCE` (1.01).
+        seed: tie-break / METIS seed; the same input and seed give the same partition.
+        refine: geometric methods only: when an ``edge_index`` is given, move boundary nodes to
+            lower the edge cut (default True).
+        max_passes: refinement pass limit.
+    """
+
+    name = ""
+
+    def __init__(self, *, imbalance: Optional[float] = None, seed: int = 0, refine: bool = True,
+                 max_passes: int = 200) -> None:
+        if imbalance is None:
+            imbalance = DEFAULT_IMBALANCE
+        if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float, np.floating, np.integer)):
+            raise TypeError(f"imbalance must be a float >= 1, got {type(imbalance).__name__}")
+        if not np.isfinite(imbalance) or imbalance < 1.0:
+            raise ValueError(f"imbalance must be a finite float >= 1 (max part weight / mean), got {imbalance}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        self.imbalance = float(imbalance)
+        self.seed = int(seed)
+        self.refine = bool(refine)
+        self.max_passes = int(max_passes)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(imbalance={self.imbalance}, seed={self.seed}, refine={self.refine})"
+
+    # -- geometric methods override this -----------------------------------------------------------
+    def _initial(self, points: np.ndarray, num_parts: int, weights: Optional[np.ndarray]) -> np.ndarray:
+        raise NotImplementedError
+
+    def partition(self, points, num_parts: int, edge_index=None, weights=None, edge_weights=None) -> Partition:
+        r"""Partition ``N`` points into ``num_parts`` shards.
+
+        Args:
+            points: ``[N, 2]`` or ``[N, 3]`` finite coordinates (numpy or torch).
+            num_parts: ``1 <= P <= N``.
+            edge_index: optional ``[2, E]`` graph (one or both directions); enables boundary
+                refinement.
+            weights: optional ``[N]`` non-negative node weights to balance.
+            edge_weights: optional ``[E]`` non-negative weights of the ``edge_index`` columns
+                (refinement minimises the weighted cut).
+
+        Returns:
+            :class:`Partition` with ``method`` set to this partitioner's name; every part is
+            non-empty.
+        """
+        pts = as_points(points)
+        n = pts.shape[0]
+        num_parts = check_num_parts(num_parts, n)
+        w = as_node_weights(weights, n)
+        ei = None if edge_index is None else as_edge_index(edge_index, n)
+        ew = None
+        if edge_weights is not None:
+            if ei is None:
+                raise ValueError("edge_weights given without edge_index")
+            ew = as_edge_weights(edge_weights, ei.shape[1])
+        assign = self._initial(pts, num_parts, w)
+        if ei is not None and self.refine and num_parts > 1:
+            lo, hi, uw = undirected_pairs(ei, n, ew)
+            indptr, indices, data = symmetric_csr(lo, hi, uw, n)
+            del lo, hi, uw
+            assign = refine_boundary(assign, indptr, indices, num_parts, edge_weights=data, node_weights=w,
+                                     imbalance=self.imbalance, max_passes=self.max_passes, seed=self.seed)
+        return Partition(torch.from_numpy(assign), num_parts, method=self.name,
+                         node_weights=None if w is None else torch.from_numpy(w))
+
+
+class KDTreePartitioner(BasePartitioner):
+    r"""Recursive coordinate bisection (``"kdtree"``).
+
+    Cuts along the axis of largest extent at the weighted position that balances the halves
+    in the ratio of their part counts (7 parts: 3:4), so any ``num_parts`` balances. See
+    :class:`BasePartitioner` for the options.
+    """
+
+    name = "kdtree"
+
+    def _initial(self, points, num_parts, weights):
+        return rcb_assignment(points, num_parts, weights)
+
+
+class _CurvePartitioner(BasePartitioner):
+    _keys = None
+
+    def _initial(self, points, num_parts, weights):
+        keys = type(self)._keys(points)
+        order = np.argsort(keys)
+        del keys
+        n = points.shape[0]
+        if weights is None:
+            bounds = (np.arange(num_parts + 1, dtype=np.int64) * n) // num_parts
+        else:
+            bounds = balanced_cuts(np.cumsum(weights[order]), num_parts)
+        labels = np.repeat(np.arange(num_parts, dtype=np.int64), np.diff(bounds))
+        assign = np.empty(n, dtype=np.int64)
+        assign[order] = labels
+        return assign
+
+
+class MortonPartitioner(_CurvePartitioner):
+    r"""Morton (Z-order) curve (``"morton"``): sort by key, cut into contiguous runs of even weight.
+
+    See :class:`BasePartitioner` for the options.
+    """
+
+    name = "morton"
+    _keys = staticmethod(morton_keys)
+
+
+class HilbertPartitioner(_CurvePartitioner):
+    r"""Hilbert curve (``"hilbert"``): sort by key, cut into contiguous runs of even weight.
+
+    Better locality than Morton (consecutive keys are grid neighbours), so fewer cut edges.
+    See :class:`BasePartitioner` for the options.
+    """
+
+    name = "hilbert"
+    _keys = staticmethod(hilbert_keys)
+
+
+class GraphPartitioner(BasePartitioner):
+    r"""METIS k-way partitioning through pymetis (``"graph"``).
+
+    The graph is symmetrised, deduplicated and stripped of self loops before METIS sees it
+    (pymetis can crash on directed or malformed input); isolated nodes are fine;
+    ``num_parts == 1`` and ``num_parts == N`` never call METIS. Options as
+    :class:`BasePartitioner` (``imbalance`` maps to METIS ``ufactor``; ``refine`` is unused:
+    METIS refines itself).
+    """
+
+    name = "graph"
+
+    def partition(self, points, num_parts: int, edge_index=None, weights=None, edge_weights=None,
+                  num_nodes: Optional[int] = None) -> Partition:
+        r"""Partition the graph ``edge_index`` into ``num_parts`` shards.
+
+        Args:
+            points: optional ``[N, d]`` coordinates (only their count ``N`` is used; may be None).
+            num_parts: ``1 <= P <= N``.
+            edge_index: ``[2, E]`` graph, required.
+            weights: optional ``[N]`` node weights.
+            edge_weights: optional ``[E]`` edge weights (duplicate / reverse edges: the largest).
+            num_nodes: ``N`` when ``points`` is None (default: from ``weights``, else
+                ``edge_index.max() + 1``).
+
+        Returns:
+            :class:`Partition` with ``method="graph"``.
+        """
+        if edge_index is None:
+            raise ValueError("method 'graph' (METIS) needs edge_index [2, E]; geometric methods "
+                             "('kdtree', 'morton', 'hilbert') work from points alone")
+        if points is not None:
+            n = as_points(points).shape[0]
+        elif num_nodes is not None:
+            n = int(num_nodes)
+        elif weights is not None:
+            n = to_numpy(weights, "weights").reshape(-1).shape[0]
+        else:
+            e = to_numpy(edge_index, "edge_index")
+            n = int(e.max()) + 1 if e.size else 0
+        if num_nodes is not None and int(num_nodes) != n:
+            raise ValueError(f"num_nodes ({num_nodes}) does not match the {n} points")
+        num_parts = check_num_parts(num_parts, n)
+        w = as_node_weights(weights, n)
+        ei = as_edge_index(edge_index, n)
+        ew = None if edge_weights is None else as_edge_weights(edge_weights, ei.shape[1])
+        lo, hi, uw = undirected_pairs(ei, n, ew)
+        indptr, indices, data = symmetric_csr(lo, hi, uw, n)
+        assign = metis_assignment(indptr, indices, num_parts, node_weights=w, edge_weights=data,
+                                  imbalance=self.imbalance, seed=self.seed)
+        return Partition(torch.from_numpy(assign), num_parts, method=self.name,
+                         node_weights=None if w is None else torch.from_numpy(w))
+
+
+#: method name -> partitioner class
+PARTITIONERS: Dict[str, Type[BasePartitioner]] = {
+    "kdtree": KDTreePartitioner,
+    "morton": MortonPartitioner,
+    "hilbert": HilbertPartitioner,
+    "graph": GraphPartitioner,
+}
+
+
+def partition(
+    points,
+    num_parts: int,
+    method: str = "kdtree",
+    *,
+    edge_index=None,
+    weights=None,
+    edge_weights=None,
+    imbalance: Optional[float] = None,
+    seed: int = 0,
+    refine: bool = True,
+    num_nodes: Optional[int] = None,
+) -> Partition:
+    r"""Split ``N`` nodes into ``num_parts`` shards.
+
+    Args:
+        points: ``[N, 2]`` or ``[N, 3]`` coordinates (numpy or torch); may be None for
+            ``method="graph"`` (then give ``num_nodes`` or ``weights``).
+        num_parts: ``1 <= P <= N``.
+        method: ``"kdtree"`` (recursive coordinate bisection), ``"morton"``, ``"hilbert"``
+            (space-filling curves) or ``"graph"`` (METIS; needs ``edge_index``).
+        edge_index: ``[2, E]`` graph (one or both directions). Geometric methods use it to refine
+            the boundary (unless ``refine=False``); the graph method partitions it.
+        weights: ``[N]`` non-negative node weights to balance (default: counts).
+        edge_weights: ``[E]`` non-negative weights of the edge_index columns.
+        imbalance: bound on max part weight / mean (default 1.01).
+        seed: tie-break / METIS seed; same input and seed give the same partition.
+        refine: boundary refinement for geometric methods when ``edge_index`` is given.
+        num_nodes: ``N`` for ``method="graph"`` without points.
+
+    Returns:
+        :class:`Partition` (``method`` recorded); every shard non-empty.
+
+    Example:
+        >>> part = partition(mesh.points, 8, method="hilbert", edge_index=mesh.edge_index())
+    """
+    if not isinstance(method, str) or method not in PARTITIONERS:
+        raise ValueError(f"unknown partition method {method!r}; valid methods: {sorted(PARTITIONERS)}")
+    part = PARTITIONERS[method](imbalance=imbalance, seed=seed, refine=refine)
+    if method == "graph":
+        return part.partition(points, num_parts, edge_index, weights, edge_weights, num_nodes=num_nodes)
+    return part.partition(points, num_parts, edge_index, weights, edge_weights)

@@ -1,0 +1,174 @@
+"""Space-filling-curve keys (Morton / Z-order and Hilbert), vectorised over uint64 arrays.
+
+Coordinates are scaled into one cube (same scale on every axis, so curve cells are cubes) and
+quantised to ``bits`` per axis: 21 in 3D (63-bit keys), 32 in 2D (64-bit keys), i.e. 2^63 cells,
+so 10M points share a key only where they are closer than ~1e-6 of the domain size.
+
+Hilbert keys are computed from Morton keys by a table-driven state machine (Hamilton's
+"Compact Hilbert Indices" entry/direction states), several levels per table look-up.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Tuple
+
+import numpy as np
+
+__all__ = ["default_bits", "quantize", "morton_keys", "hilbert_keys", "morton_from_grid", "hilbert_from_grid"]
+
+_U = np.uint64
+
+
+def default_bits(dim: int) -> int:
+    """Bits per axis: 21 for 3D, 32 for 2D (all 64 key bits but one in 3D)."""
+    if dim not in (2, 3):
+        raise ValueError(f"space-filling curves need 2 or 3 dimensions, got {dim}")
+    return 32 if dim == 2 else 21
+
+
+def quantize(points: np.ndarray, bits: int) -> list:
+    """Integer grid coordinates ``[0, 2**bits)`` per axis (list of uint64 ``[N]``), isotropic scale."""
+    lo = points.min(axis=0).astype(np.float64)
+    extent = float((points.max(axis=0).astype(np.float64) - lo).max())
+    top = float(2**bits - 1)
+    scale = top / extent if extent > 0 else 0.0
+    out = []
+    for j in range(points.shape[1]):
+        # one float64 column at a time keeps memory low; x >= lo and (x - lo) * scale <= top up to
+        # rounding below 1 cell, so the cast needs no clip
+        col = np.subtract(points[:, j], lo[j], dtype=np.float64)
+        col *= scale
+        out.append(col.astype(_U))
+        del col
+    return out
+
+
+def _spread(x: np.ndarray, dim: int) -> np.ndarray:
+    """Insert ``dim - 1`` zero bits between the bits of ``x`` (in place, uint64)."""
+    tmp = np.empty_like(x)
+    if dim == 3:
+        steps = ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F),
+                 (4, 0x10C30C30C30C30C3), (2, 0x1249249249249249))
+        np.bitwise_and(x, _U(0x1FFFFF), out=x)
+    else:
+        steps = ((16, 0x0000FFFF0000FFFF), (8, 0x00FF00FF00FF00FF), (4, 0x0F0F0F0F0F0F0F0F),
+                 (2, 0x3333333333333333), (1, 0x5555555555555555))
+        np.bitwise_and(x, _U(0xFFFFFFFF), out=x)
+    for shift, mask in steps:
+        np.left_shift(x, _U(shift), out=tmp)
+        np.bitwise_or(x, tmp, out=x)
+        np.bitwise_and(x, _U(mask), out=x)
+    return x
+
+
+def morton_from_grid(grid: list) -> np.ndarray:
+    """Morton key of integer grid coordinates: bit ``level*d + j`` of the key is bit ``level`` of axis ``j``.
+
+    Args:
+        grid: list of ``d`` uint64 arrays ``[N]`` (consumed: modified in place).
+
+    Returns:
+        uint64 ``[N]``.
+    """
+    dim = len(grid)
+    key = _spread(grid[0], dim)
+    for j in range(1, dim):
+        s = _spread(grid[j], dim)
+        np.left_shift(s, _U(j), out=s)
+        np.bitwise_or(key, s, out=key)
+    return key
+
+
+def morton_keys(points: np.ndarray, bits: int = None) -> np.ndarray:
+    """Morton (Z-order) keys of ``[N, d]`` points (d = 2 or 3): uint64 ``[N]``."""
+    dim = points.shape[1]
+    bits = default_bits(dim) if bits is None else bits
+    return morton_from_grid(quantize(points, bits))
+
+
+# ---- Hilbert: Hamilton's (entry e, direction d) state machine ------------------------------------
+
+def _rotr(x, r, n):
+    mask = (1 << n) - 1
+    return ((x >> r) | (x << (n - r))) & mask
+
+
+def _rotl(x, r, n):
+    mask = (1 << n) - 1
+    return ((x << r) | (x >> (n - r))) & mask
+
+
+@functools.lru_cache(maxsize=None)
+def _hilbert_tables(dim: int, levels: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Tables for ``levels`` curve levels at once, indexed by ``state << (dim*levels) | morton_chunk``.
+
+    State id = ``e * dim + d``.  Returns ``(digits uint32, next_state uint8)``.
+    """
+    n = dim
+    nstates = (1 << n) * n
+    chunk_bits = n * levels
+    # single-level helper tables over w in [0, 2^n)
+    w_all = np.arange(1 << n)
+    gc = lambda i: i ^ (i >> 1)  # noqa: E731
+    entry = np.array([0 if i == 0 else gc(2 * ((i - 1) // 2)) for i in w_all], dtype=np.int64)
+
+    def trailing_ones(i):
+        c = 0
+        while i & 1:
+            i >>= 1
+            c += 1
+        return c
+
+    direc = np.array([0 if i == 0 else (trailing_ones(i - 1) % n if i % 2 == 0 else trailing_ones(i) % n)
+                      for i in w_all], dtype=np.int64)
+    state, chunk = np.meshgrid(np.arange(nstates), np.arange(1 << chunk_bits), indexing="ij")
+    state, chunk = state.ravel().astype(np.int64), chunk.ravel().astype(np.int64)
+    e, d = state // n, state % n
+    digits = np.zeros_like(chunk)
+    for lev in range(levels - 1, -1, -1):
+        l = (chunk >> (lev * n)) & ((1 << n) - 1)
+        # T_(e,d)(l) = rotr(l ^ e, d + 1)
+        r = (d + 1) % n
+        t = np.where(r == 0, l ^ e, _rotr(l ^ e, r, n))
+        w = t.copy()  # inverse Gray code (n <= 3 bits)
+        w ^= w >> 1
+        w ^= w >> 2
+        en = entry[w]
+        e = e ^ np.where(r == 0, en, _rotl(en, r, n))
+        d = (d + direc[w] + 1) % n
+        digits = (digits << n) | w
+    nxt = e * n + d
+    return digits.astype(np.uint32), nxt.astype(np.uint8)
+
+
+def hilbert_from_grid(grid: list, bits: int) -> np.ndarray:
+    """Hilbert key of integer grid coordinates (list of ``d`` uint64 arrays, consumed): uint64 ``[N]``."""
+    dim = len(grid)
+    levels = 3 if dim == 3 else 8  # 9-bit or 16-bit chunks: tables stay in cache
+    while bits % levels:
+        levels -= 1
+    digits_t, next_t = _hilbert_tables(dim, levels)
+    chunk_bits = dim * levels
+    m = morton_from_grid(grid)
+    n = m.shape[0]
+    key = np.zeros(n, dtype=_U)
+    state = np.zeros(n, dtype=np.intp)  # start state e = 0, d = 0
+    idx = np.empty(n, dtype=np.intp)
+    tmp = np.empty(n, dtype=_U)
+    mask = _U((1 << chunk_bits) - 1)
+    for shift in range(bits * dim - chunk_bits, -1, -chunk_bits):
+        np.right_shift(m, _U(shift), out=tmp)
+        np.bitwise_and(tmp, mask, out=tmp)
+        np.left_shift(state, chunk_bits, out=idx)
+        np.bitwise_or(idx, tmp.view(np.int64), out=idx)
+        np.left_shift(key, _U(chunk_bits), out=key)
+        np.bitwise_or(key, digits_t.take(idx), out=key, casting="unsafe")
+        np.copyto(state, next_t.take(idx))
+    return key
+
+
+def hilbert_keys(points: np.ndarray, bits: int = None) -> np.ndarray:
+    """Hilbert keys of ``[N, d]`` points (d = 2 or 3): uint64 ``[N]``."""
+    dim = points.shape[1]
+    bits = default_bits(dim) if bits is None else bits
+    return hilbert_from_grid(quantize(points, bits), bits)

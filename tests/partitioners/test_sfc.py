@@ -1,0 +1,76 @@
+import numpy as np
+import pytest
+
+from meshshard.partitioners import HilbertPartitioner, MortonPartitioner, partition, partition_quality
+from meshshard.partitioners.sfc import hilbert_from_grid, hilbert_keys, morton_from_grid, morton_keys
+from tests.partitioners._meshes import MESH_FILES, load_drivaer, load_mesh
+
+
+def _grid(coords):
+    c = np.asarray(coords, dtype=np.uint64)
+    return [c[:, j].copy() for j in range(c.shape[1])]
+
+
+def test_morton_bit_interleaving_hand_examples():
+    # 3D: bit l of axis j goes to key bit 3l + j
+    got = morton_from_grid(_grid([[1, 0, 0], [0, 1, 0], [0, 0, 1], [3, 0, 0], [1, 1, 1], [2, 3, 1], [0, 0, 2**20]]))
+    assert got.tolist() == [1, 2, 4, 0b1001, 7, 0b011110, 1 << 62]
+    # 2D: bit l of axis j goes to key bit 2l + j
+    got = morton_from_grid(_grid([[1, 0], [0, 1], [2, 0], [3, 3], [5, 2], [2**31, 0]]))
+    assert got.tolist() == [1, 2, 4, 15, 0b011001, 1 << 62]
+
+
+@pytest.mark.parametrize("dim,bits,side", [(2, 32, 32), (3, 21, 16), (2, 3, 8), (3, 2, 4)])
+def test_hilbert_consecutive_keys_are_grid_neighbours(dim, bits, side):
+    # the first side**dim cells of the curve fill the corner cube [0, side)^dim
+    g = np.stack(np.meshgrid(*[np.arange(side)] * dim, indexing="ij"), -1).reshape(-1, dim)
+    keys = hilbert_from_grid(_grid(g), bits)
+    order = np.argsort(keys)
+    assert np.array_equal(np.sort(keys), np.arange(side**dim, dtype=np.uint64))
+    steps = np.abs(np.diff(g[order].astype(np.int64), axis=0)).sum(1)
+    assert (steps == 1).all()  # every step moves one cell along one axis
+    # Morton, by contrast, jumps
+    mk = morton_from_grid(_grid(g))
+    assert np.abs(np.diff(g[np.argsort(mk)].astype(np.int64), axis=0)).sum(1).max() > 1
+
+
+def test_keys_distinct_for_close_points():
+    rng = np.random.default_rng(0)
+    pts = rng.random((200_000, 3))
+    assert np.unique(hilbert_keys(pts)).size == pts.shape[0]
+    assert np.unique(morton_keys(pts)).size == pts.shape[0]
+    pts2 = rng.random((200_000, 2))
+    assert np.unique(hilbert_keys(pts2)).size == pts2.shape[0]
+
+
+@pytest.mark.parametrize("cls", [MortonPartitioner, HilbertPartitioner])
+def test_curve_parts_are_contiguous_key_runs(data_dir, cls):
+    pts, _ = load_drivaer(data_dir)
+    part = cls().partition(pts, 7)
+    keys = (morton_keys if cls is MortonPartitioner else hilbert_keys)(np.asarray(pts))
+    a = part.assignment.numpy()
+    lo = np.array([keys[a == r].min() for r in range(7)])
+    hi = np.array([keys[a == r].max() for r in range(7)])
+    assert (hi[:-1] <= lo[1:]).all()
+    assert max(part.sizes) - min(part.sizes) <= 1
+
+
+@pytest.mark.parametrize("name", MESH_FILES)
+@pytest.mark.parametrize("method", ["morton", "hilbert"])
+def test_curve_real_mesh(data_dir, name, method):
+    pts, ei = load_mesh(data_dir, name)
+    part = partition(pts, 7, method, refine=False, edge_index=ei)
+    assert part.method == method and max(part.sizes) - min(part.sizes) <= 1
+    w = np.random.default_rng(3).random(pts.shape[0])
+    wp = partition(pts, 7, method, weights=w)
+    pw = wp.part_weights().numpy()
+    assert pw.max() / pw.mean() <= 1 + 7 * w.max() / w.sum() and min(wp.sizes) > 0
+
+
+def test_hilbert_cuts_fewer_edges_than_morton(data_dir):
+    total = {"morton": 0, "hilbert": 0}
+    for name in MESH_FILES:
+        pts, ei = load_mesh(data_dir, name)
+        for m in total:
+            total[m] += partition_quality(partition(pts, 7, m), ei)["edge_cut"]
+    assert total["hilbert"] < total["morton"]
