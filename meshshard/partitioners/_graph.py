@@ -5,7 +5,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-__all__ = ["undirected_pairs", "symmetric_csr", "balanced_cuts"]
+__all__ = ["undirected_pairs", "symmetric_csr"]
 
 
 def undirected_pairs(
@@ -52,30 +52,3 @@ def symmetric_csr(lo: np.ndarray, hi: np.ndarray, w: Optional[np.ndarray], num_n
     np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
     data = None if w is None else np.concatenate([w, w])[order]
     return indptr, indices, data
-
-
-def balanced_cuts(cum_weight: np.ndarray, num_parts: int) -> np.ndarray:
-    """Boundaries ``b[0]=0 < b[1] < ... < b[P]=n`` cutting a sequence into ``P`` runs of even weight.
-
-    Args:
-        cum_weight: float64 ``[n]`` inclusive cumulative weights of the items in order
-            (``n >= num_parts``).
-        num_parts: ``P``.
-
-    Returns:
-        int64 ``[P + 1]``; every run is non-empty; each boundary sits at the item count whose
-        cumulative weight is nearest the ideal ``r * W / P``.
-    """
-    n = cum_weight.shape[0]
-    total = cum_weight[-1]
-    targets = total * np.arange(1, num_parts) / num_parts
-    # b items before the cut have weight cum[b-1]; pick b nearest the target
-    hi = np.searchsorted(cum_weight, targets, side="left") + 1  # first b with cum[b-1] >= target
-    lo = hi - 1
-    w_lo = np.where(lo > 0, cum_weight[np.maximum(lo - 1, 0)], 0.0)
-    w_hi = cum_weight[np.minimum(hi - 1, n - 1)]
-    b = np.where(targets - w_lo <= w_hi - targets, lo, hi)
-    r = np.arange(1, num_parts)
-    c = np.clip(b - r, 0, n - num_parts)  # non-empty runs: b[r] - r non-decreasing in [0, n-P]
-    c = np.maximum.accumulate(c) if c.size else c
-    return np.concatenate(([0], c + r, [n])).astype(np.int64)

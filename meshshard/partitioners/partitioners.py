@@ -6,7 +6,8 @@ from typing import Dict, Optional, Type
 import numpy as np
 import torch
 
-from meshshard.partitioners._graph import symmetric_csr, undirected_pairs, balanced_cuts
+from meshshard.partitioners._cuts import balanced_runs
+from meshshard.partitioners._graph import symmetric_csr, undirected_pairs
 from meshshard.partitioners._validate import (
     as_edge_index,
     as_edge_weights,
@@ -124,22 +125,20 @@ class KDTreePartitioner(BasePartitioner):
         return rcb_assignment(points, num_parts, weights)
 
 
+_BUCKET_BITS = 20
+
+
 class _CurvePartitioner(BasePartitioner):
     _keys = None
 
     def _initial(self, points, num_parts, weights):
         keys = type(self)._keys(points)
-        order = np.argsort(keys)
-        del keys
-        n = points.shape[0]
-        if weights is None:
-            bounds = (np.arange(num_parts + 1, dtype=np.int64) * n) // num_parts
-        else:
-            bounds = balanced_cuts(np.cumsum(weights[order]), num_parts)
-        labels = np.repeat(np.arange(num_parts, dtype=np.int64), np.diff(bounds))
-        assign = np.empty(n, dtype=np.int64)
-        assign[order] = labels
-        return assign
+        # the parts are the runs of the (key, id) order cut at even weight; no full sort needed:
+        # keys are bucketed by their top 20 bits and only the buckets holding a cut are sorted
+        total_bits = 64 if points.shape[1] == 2 else 63
+        bucket = (keys >> np.uint64(total_bits - _BUCKET_BITS)).view(np.int64)
+        return balanced_runs(keys, weights, np.arange(1, num_parts) / num_parts,
+                             np.ones(num_parts, dtype=np.int64), bucket, 1 << _BUCKET_BITS)
 
 
 class MortonPartitioner(_CurvePartitioner):

@@ -28,17 +28,22 @@ def default_bits(dim: int) -> int:
 
 def quantize(points: np.ndarray, bits: int) -> list:
     """Integer grid coordinates ``[0, 2**bits)`` per axis (list of uint64 ``[N]``), isotropic scale."""
-    lo = points.min(axis=0).astype(np.float64)
-    extent = float((points.max(axis=0).astype(np.float64) - lo).max())
+    dim = points.shape[1]
+    if points.shape[0] == 0:
+        return [np.zeros(0, dtype=_U) for _ in range(dim)]
+    # per column: numpy reduces a strided column ~10x faster than points.min(axis=0)
+    lo = np.array([points[:, j].min() for j in range(dim)], dtype=np.float64)
+    hi = np.array([points[:, j].max() for j in range(dim)], dtype=np.float64)
+    extent = float((hi - lo).max())
     top = float(2**bits - 1)
     scale = top / extent if extent > 0 else 0.0
     out = []
-    for j in range(points.shape[1]):
+    for j in range(dim):
         # one float64 column at a time keeps memory low; x >= lo and (x - lo) * scale <= top up to
         # rounding below 1 cell, so the cast needs no clip
         col = np.subtract(points[:, j], lo[j], dtype=np.float64)
         col *= scale
-        out.append(col.astype(_U))
+        out.append(col.astype(np.int64).view(_U))  # values < 2**63: the int64 cast is exact
         del col
     return out
 

@@ -4,7 +4,7 @@ import pytest
 
 from meshshard.partitioners import _cuts
 from meshshard.partitioners._cuts import balanced_runs
-from meshshard.partitioners.sfc_keys import hilbert_key
+from meshshard.partitioners.sfc import hilbert_keys as hilbert_key
 
 
 def _brute_force(values, weights, fractions, run_min):

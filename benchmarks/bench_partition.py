@@ -1,0 +1,220 @@
+"""Benchmark of meshshard.partitioners: speed, cut quality and memory, as ratios to baselines.
+
+Every figure is a ratio against a baseline measured in the same run:
+
+1. speed: time of ``partition(points, P, method)`` for morton / hilbert / kdtree on uniform and
+   clustered 3D points, divided by the time of one ``np.argsort`` of ``N`` random uint64 keys;
+2. quality: edge cut and imbalance of every method (plain and with boundary refinement) on the
+   real meshes and on a gmsh channel-with-cylinder triangle mesh, divided by METIS's (method
+   ``"graph"``) figures; refinement time divided by the unrefined partition time and by METIS's time;
+3. memory: peak memory of partitioning 1e7 (quick: 1e6) points as a multiple of the points
+   array's bytes, measured in a fresh subprocess both as the ``ru_maxrss`` delta (everything,
+   torch included) and as the tracemalloc peak (numpy allocations).
+
+Usage::
+
+    python benchmarks/bench_partition.py            # full: 1e5, 1e6, 1e7 points, ~1M-triangle mesh
+    python benchmarks/bench_partition.py --quick    # 1e5 / 1e6 points, small gmsh mesh, < 1 min
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from meshshard.partitioners import partition, partition_quality  # noqa: E402
+
+DATA = Path(os.environ.get("MESHSHARD_DATA", ROOT.parent / "shared" / "data"))
+MESHES = ["naca0012_inviscid.su2", "cylinder_laminar.su2", "rae2822_turb.su2", "brick_tets.su2",
+          "cylinder_crossflow_re35.vtu"]
+GEOMETRIC = ["kdtree", "morton", "hilbert"]
+
+
+def _best_time(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def make_points(n: int, kind: str, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if kind == "uniform":
+        return rng.random((n, 3))
+    # clustered: 32 Gaussian blobs of very different widths plus 5% uniform background
+    centers = rng.random((32, 3))
+    sigma = 10.0 ** rng.uniform(-4, -1.5, 32)
+    lab = rng.integers(0, 32, n)
+    pts = centers[lab] + rng.standard_normal((n, 3)) * sigma[lab, None]
+    bg = rng.random(n) < 0.05
+    pts[bg] = rng.random((int(bg.sum()), 3))
+    return pts
+
+
+def bench_speed(sizes, num_parts: int):
+    print(f"\n## 1. speed: partition time / time of one np.argsort of N uint64 keys ({num_parts} parts, 3D)\n")
+    print("| N | points | argsort [s] | morton | hilbert | kdtree |")
+    print("|---|---|---|---|---|---|")
+    rows = []
+    for n in sizes:
+        rep = 2 if n <= 1_000_000 else 2
+        keys = np.random.default_rng(1).integers(0, 2**63, n, dtype=np.int64).view(np.uint64)
+        for kind in ("uniform", "clustered"):
+            pts = make_points(n, kind)
+            base = _best_time(lambda: np.argsort(keys), rep)
+            ratios = {m: _best_time(lambda: partition(pts, num_parts, m), rep) / base for m in GEOMETRIC}
+            rows.append((n, kind, base, ratios))
+            print(f"| {n:.0e} | {kind} | {base:.3f} | {ratios['morton']:.2f} | {ratios['hilbert']:.2f} | {ratios['kdtree']:.2f} |")
+            del pts
+    return rows
+
+
+def gmsh_channel(h: float):
+    """Channel [0, 2.2] x [0, 0.41] with a cylinder r=0.05 at (0.2, 0.2), triangles of size ~h
+    (h/3 on the cylinder). Returns (points [N, 2], triangles [T, 3])."""
+    import gmsh
+
+    gmsh.initialize(["-noenv"]) if "-noenv" in getattr(gmsh, "__doc__", "") else gmsh.initialize()
+    try:
+        gmsh.option.setNumber("General.Terminal", 0)
+        gmsh.option.setNumber("General.NumThreads", 1)
+        gmsh.model.add("channel")
+        occ = gmsh.model.occ
+        rect = occ.addRectangle(0, 0, 0, 2.2, 0.41)
+        disk = occ.addDisk(0.2, 0.2, 0, 0.05, 0.05)
+        occ.cut([(2, rect)], [(2, disk)])
+        occ.synchronize()
+        gmsh.option.setNumber("Mesh.MeshSizeMax", h)
+        gmsh.option.setNumber("Mesh.MeshSizeMin", h / 3)
+        gmsh.option.setNumber("Mesh.Algorithm", 5)  # Delaunay: fastest for big 2D meshes
+        # finer near the cylinder: size grows linearly with the distance from it
+        f = gmsh.model.mesh.field
+        dist = f.add("Distance")
+        curves = [c[1] for c in gmsh.model.getEntities(1)
+                  if abs(np.mean(gmsh.model.getBoundingBox(1, c[1])[0::3]) - 0.2) < 0.06
+                  and gmsh.model.getBoundingBox(1, c[1])[3] - gmsh.model.getBoundingBox(1, c[1])[0] < 0.2]
+        f.setNumbers(dist, "CurvesList", curves)
+        thr = f.add("Threshold")
+        f.setNumber(thr, "InField", dist)
+        f.setNumber(thr, "SizeMin", h / 3)
+        f.setNumber(thr, "SizeMax", h)
+        f.setNumber(thr, "DistMin", 0.0)
+        f.setNumber(thr, "DistMax", 0.3)
+        f.setAsBackgroundMesh(thr)
+        gmsh.model.mesh.generate(2)
+        tags, coords, _ = gmsh.model.mesh.getNodes()
+        etypes, _, enodes = gmsh.model.mesh.getElements(2)
+        tri = np.asarray(enodes[list(etypes).index(2)], dtype=np.int64).reshape(-1, 3)
+    finally:
+        gmsh.finalize()
+    lookup = np.zeros(int(tags.max()) + 1, dtype=np.int64)
+    lookup[tags.astype(np.int64)] = np.arange(tags.size)
+    pts = np.asarray(coords).reshape(-1, 3)[:, :2].copy()
+    return pts, lookup[tri]
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def bench_quality(gmsh_h: float, num_parts: int):
+    import meshshard as ms
+    from meshshard.io.cell_edges import edge_index_from_cells
+
+    cases = []
+    for name in MESHES:
+        m = ms.read_mesh(DATA / name)
+        cases.append((name, np.asarray(m.points, dtype=np.float64), m.edge_index()))
+    (pts, tri), tg = _timed(lambda: gmsh_channel(gmsh_h))
+    ei = edge_index_from_cells({"triangle": tri}, pts.shape[0])
+    cases.append((f"gmsh channel ({tri.shape[0] / 1e6:.2f}M tri, {tg:.0f}s to mesh)", pts, ei))
+
+    print(f"\n## 2. quality at {num_parts} parts: edge cut and imbalance / METIS's; refinement time ratios\n")
+    print("| mesh | N | METIS cut, imb, time [s] | method | cut plain | cut refined | imb plain | imb refined "
+          "| refine time / plain time | refine time / METIS time |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    totals = {m: [0, 0] for m in GEOMETRIC}
+    totals["graph"] = [0, 0]
+    for name, pts, ei in cases:
+        g, tm = _timed(lambda: partition(pts, num_parts, "graph", edge_index=ei))
+        qg = partition_quality(g, ei)
+        totals["graph"][0] += qg["edge_cut"]
+        totals["graph"][1] += qg["edge_cut"]
+        first = True
+        for m in GEOMETRIC:
+            p0, t0 = _timed(lambda: partition(pts, num_parts, m))
+            p1, t1 = _timed(lambda: partition(pts, num_parts, m, edge_index=ei))
+            q0, q1 = partition_quality(p0, ei), partition_quality(p1, ei)
+            totals[m][0] += q0["edge_cut"]
+            totals[m][1] += q1["edge_cut"]
+            tref = max(t1 - t0, 0.0)
+            head = f"| {name} | {pts.shape[0]} | {qg['edge_cut']}, {qg['imbalance']:.4f}, {tm:.3f} " if first else "| | | "
+            first = False
+            print(f"{head}| {m} | {q0['edge_cut'] / qg['edge_cut']:.3f} | {q1['edge_cut'] / qg['edge_cut']:.3f} "
+                  f"| {q0['imbalance'] / qg['imbalance']:.4f} | {q1['imbalance'] / qg['imbalance']:.4f} "
+                  f"| {tref / max(t0, 1e-9):.1f} | {tref / max(tm, 1e-9):.2f} |")
+    print("\nTotal edge cut over all meshes / METIS's total: "
+          + ", ".join(f"{m} plain {totals[m][0] / totals['graph'][0]:.3f} refined {totals[m][1] / totals['graph'][0]:.3f}"
+                      for m in GEOMETRIC))
+    return totals
+
+
+_MEM_CHILD = r"""
+import json, resource, sys, tracemalloc
+import numpy as np
+sys.path.insert(0, sys.argv[1])
+from meshshard.partitioners import partition
+n, method = int(sys.argv[2]), sys.argv[3]
+pts = np.random.default_rng(0).random((n, 3))
+partition(pts[:1000], 4, method)  # warm imports and tables
+rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+tracemalloc.start()
+p = partition(pts, 8, method)
+peak = tracemalloc.get_traced_memory()[1]
+tracemalloc.stop()
+rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"rss_delta": (rss1 - rss0) * 1024, "tracemalloc_peak": peak, "bytes": pts.nbytes}))
+"""
+
+
+def bench_memory(n: int):
+    print(f"\n## 3. peak memory of partitioning {n:.0e} uniform 3D float64 points, / points array bytes "
+          f"({n * 24 / 2**20:.0f} MiB)\n")
+    print("| method | ru_maxrss delta (fresh subprocess, all allocations) | tracemalloc peak (numpy) |")
+    print("|---|---|---|")
+    for m in GEOMETRIC:
+        out = subprocess.run([sys.executable, "-c", _MEM_CHILD, str(ROOT), str(n), m],
+                             capture_output=True, text=True, check=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(f"| {m} | {r['rss_delta'] / r['bytes']:.2f} | {r['tracemalloc_peak'] / r['bytes']:.2f} |")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="1e5 / 1e6 points and a small gmsh mesh (< 1 min)")
+    ap.add_argument("--parts", type=int, default=8, help="parts for the speed and memory runs (default 8)")
+    ap.add_argument("--quality-parts", type=int, default=7, help="parts for the quality table (default 7)")
+    args = ap.parse_args(argv)
+    sizes = [100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
+    print(f"# bench_partition ({'quick' if args.quick else 'full'}; {os.cpu_count()} CPU cores visible)")
+    bench_speed(sizes, args.parts)
+    bench_quality(0.0064 if args.quick else 0.0016, args.quality_parts)
+    bench_memory(1_000_000 if args.quick else 10_000_000)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
