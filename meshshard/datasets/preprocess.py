@@ -114,7 +114,7 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     }
     meta = {
         "settings": settings,
-        "source": str(src),
+        "source": os.path.abspath(src),
         "source_sha256": source_sha,
         "sample_index": index,
         "node_set_names": names,
@@ -226,7 +226,7 @@ def preprocess_dataset(
         samples.append({
             "name": names[i],
             "dir": names[i],
-            "source": str(f),
+            "source": os.path.abspath(f),
             "source_sha256": m["source_sha256"],
             "num_nodes": m["num_nodes"],
             "num_edges": m["num_edges"],
