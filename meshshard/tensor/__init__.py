@@ -1,3 +1,16 @@
-"""meshshard.tensor."""
+"""meshshard.tensor: ShardTensor, a DTensor with uneven shards, and scatter_tensor.
 
-__all__ = []
+Example (``torchrun --nproc-per-node 3 example.py``)::
+
+    import torch, meshshard as ms
+    from meshshard.tensor import ShardTensor
+    ms.init_distributed()
+    rank = ms.get_rank()
+    x = ShardTensor.from_local(torch.randn(rank + 1, 4))       # 1, 2, 3 rows
+    x.full_tensor().shape                                       # (6, 4), rows in rank order
+"""
+from meshshard.tensor.shard_tensor import ShardTensor
+from meshshard.tensor import handlers as _handlers  # noqa: F401  (registers the built-in handlers)
+from meshshard.tensor.scatter import scatter_tensor
+
+__all__ = ["ShardTensor", "scatter_tensor"]

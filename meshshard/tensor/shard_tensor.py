@@ -1,0 +1,352 @@
+"""ShardTensor: a DTensor whose shards may have a different size on every rank.
+
+How operations work: ``__torch_function__`` looks a function up in the handler tables (user
+handlers first, then meshshard's built-in ones in :mod:`meshshard.tensor.handlers`). A handler
+unwraps its ShardTensor arguments to local tensors with a differentiable ``to_local``, runs the
+ordinary torch function on them (plus any collective the op needs) and wraps the results with a
+differentiable ``from_local``. Autograd therefore runs on plain local tensors; the only gradients
+that are ShardTensors are the ones crossing those boundaries, and the few ops the autograd engine
+issues on them itself (grad accumulation, ``ones_like`` for ``backward()``, ``detach`` ...) run
+locally in a minimal ``__torch_dispatch__``. Any other op raises NotImplementedError naming it:
+never a silently wrong answer.
+
+Gradient conventions: the gradient of a ShardTensor has its placements. For a sharded tensor each
+rank holds the gradient of its own rows (exact). For a replicated ShardTensor (e.g. a ``sum``)
+every rank holds the full, identical gradient. Gradients of plain-tensor parameters used in
+ShardTensor ops (``nn.Linear`` weights ...) are per-rank partial sums, exactly as in DDP: the
+caller all-reduces them (``meshshard.ops.conv.all_reduce_gradients`` does).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional
+
+import torch
+from torch.utils import _pytree as pytree
+
+from meshshard.distributed import DeviceMesh, DTensor, Replicate, Shard, default_device_mesh
+from meshshard.tensor import _registry as reg
+from meshshard.tensor.spec import (infer_shard_sizes, make_spec, normalize_placements, normalize_sharding_shapes,
+                                   shard_dim_of)
+
+__all__ = ["ShardTensor"]
+
+
+def _make(local: torch.Tensor, mesh: DeviceMesh, placements, shard_sizes, requires_grad: bool = False) -> "ShardTensor":
+    """Wrap ``local`` (no autograd link) in a ShardTensor."""
+    spec = make_spec(mesh, placements, local, shard_sizes)
+    out = torch.Tensor._dtensor__new__(ShardTensor, local, spec, requires_grad=requires_grad)
+    out._spec = spec
+    out._local_tensor = local
+    out._shard_sizes = None if shard_sizes is None else tuple(int(s) for s in shard_sizes)
+    return out
+
+
+class _FromLocal(torch.autograd.Function):
+    """local tensor -> ShardTensor; backward takes the gradient's local tensor."""
+
+    @staticmethod
+    def forward(ctx, local, mesh, placements, shard_sizes):
+        ctx.layout = (mesh, tuple(placements), shard_sizes)
+        return _make(local.view_as(local), mesh, placements, shard_sizes)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _grad_local(grad, *ctx.layout), None, None, None
+
+
+class _ToLocal(torch.autograd.Function):
+    """ShardTensor -> local tensor; backward wraps the local gradient with the same layout."""
+
+    @staticmethod
+    def forward(ctx, st, grad_placements):
+        ctx.layout = (st.device_mesh, tuple(st.placements), st._shard_sizes)
+        ctx.grad_placements = grad_placements
+        local = st._local_tensor
+        return local.view_as(local)
+
+    @staticmethod
+    def backward(ctx, grad):
+        mesh, placements, sizes = ctx.layout
+        if ctx.grad_placements is not None and tuple(ctx.grad_placements) != tuple(placements):
+            from meshshard.tensor.redistribute import redistribute_local
+            with torch.no_grad():
+                grad = redistribute_local(grad, mesh, tuple(ctx.grad_placements), sizes, placements, sizes)
+        return _make(grad.contiguous(), mesh, placements, sizes), None
+
+
+def _grad_local(grad, mesh, placements, sizes) -> torch.Tensor:
+    """The local tensor of a gradient flowing back into a ShardTensor with this layout."""
+    if not isinstance(grad, ShardTensor):
+        if isinstance(grad, DTensor):
+            raise TypeError("ShardTensor backward received a plain DTensor gradient; mix ShardTensor only "
+                            "with plain tensors and other ShardTensors")
+        return grad  # a plain tensor from the engine: already local
+    if tuple(grad.placements) != tuple(placements) or grad._shard_sizes != sizes:
+        from meshshard.tensor.redistribute import redistribute_local
+        with torch.no_grad():
+            return redistribute_local(grad._local_tensor, mesh, grad.placements, grad._shard_sizes, placements, sizes)
+    return grad._local_tensor
+
+
+_PASSTHROUGH = {
+    torch.Tensor.size, torch.Tensor.dim, torch.Tensor.numel, torch.Tensor.stride, torch.Tensor.__len__,
+    torch.Tensor.backward, torch.Tensor.register_hook, torch.Tensor.retain_grad, torch.Tensor.requires_grad_,
+    torch.Tensor.is_contiguous, torch.Tensor.element_size, torch.Tensor.nelement, torch.Tensor.ndimension,
+    torch.Tensor.is_floating_point, torch.Tensor.is_complex, torch.Tensor.get_device, torch.Tensor.detach,
+    torch.Tensor.detach_, torch.Tensor.__hash__, torch.Tensor.__reduce_ex__, torch.Tensor.__deepcopy__,
+    torch.Tensor.__format__,
+}
+
+
+def _is_passthrough(func) -> bool:
+    """Metadata functions that need no handler (properties, size queries, autograd plumbing)."""
+    if getattr(func, "__name__", "") in ("__get__", "__set__", "__delete__"):
+        return True
+    return func in _PASSTHROUGH
+
+
+class ShardTensor(DTensor):
+    """A :class:`DTensor` whose shards may differ in size from rank to rank.
+
+    Create one with :meth:`from_local` (each rank passes its own rows) or
+    :func:`meshshard.tensor.scatter_tensor` (one rank splits a full tensor). At most one mesh dim
+    may Shard the tensor; the others Replicate (e.g. data-parallel x domain-parallel meshes).
+    :meth:`sharding_shapes` gives every rank's local shape, :meth:`offsets` where this rank's
+    rows start.
+
+    Supported operations keep the uneven layout: element-wise ops between ShardTensors of the
+    same layout and with plain tensors / scalars (treated as replicated), row-wise ops that do not
+    mix the sharded dim (``nn.Linear``, activations, ``LayerNorm`` / ``softmax`` over features,
+    ``torch.cat`` along features), and ``sum`` / ``mean`` over all dims or over the sharded dim
+    (results are replicated ShardTensors; ``mean`` divides by the global count). Anything else
+    raises NotImplementedError naming the op; add support with :meth:`register_function_handler`.
+    """
+
+    _shard_sizes: Optional[tuple]
+
+    # ------------------------------------------------------------------ construction
+    @staticmethod
+    def from_local(local_tensor: torch.Tensor, device_mesh: Optional[DeviceMesh] = None, placements=None,
+                   sharding_shapes="infer") -> "ShardTensor":
+        """Build a ShardTensor from every rank's local shard (differentiable: gradients flow back to
+        ``local_tensor``).
+
+        Args:
+            local_tensor: this rank's shard, ``[n_rank, ...]`` for ``Shard(0)``; ``n_rank`` may differ
+                per rank and may be 0. Every other dim, the dtype and the number of dims must match.
+            device_mesh: the mesh (``None``: :func:`meshshard.distributed.default_device_mesh`).
+            placements: one per mesh dim (``None``: ``(Shard(0),)``, Replicate on further dims).
+            sharding_shapes: ``"infer"`` (one small all-gather of the local shapes per mesh dim,
+                which also checks dtype / feature sizes and raises the same ValueError on every
+                rank), ``"chunk"`` (no communication: every rank is assumed to hold as many rows as
+                this one, the even ``torch.chunk`` layout; use only when that is true), or a dict
+                ``{mesh_dim: [local shape of every rank along mesh_dim]}`` (a list of sizes along
+                the sharded dim is accepted, as the dict value or on its own).
+
+        Returns:
+            ShardTensor whose global shape is the local shape with the sharded dim summed over ranks.
+        """
+        if not isinstance(local_tensor, torch.Tensor) or isinstance(local_tensor, DTensor):
+            raise TypeError(f"ShardTensor.from_local expects a plain torch.Tensor, got {type(local_tensor).__name__}")
+        mesh = default_device_mesh() if device_mesh is None else device_mesh
+        placements = normalize_placements(placements, mesh)
+        placements = tuple(Shard(p.dim % max(local_tensor.dim(), 1)) if isinstance(p, Shard) and p.dim < 0 else p
+                           for p in placements)
+        sd = shard_dim_of(placements)
+        if isinstance(sharding_shapes, str) and sharding_shapes == "infer":
+            sizes = infer_shard_sizes(local_tensor, mesh, placements)  # raises on every rank if bad
+        elif isinstance(sharding_shapes, str) and sharding_shapes == "chunk":
+            if sd is not None and sd[1] >= local_tensor.dim():
+                raise ValueError(f"ShardTensor.from_local: Shard({sd[1]}) of a {local_tensor.dim()}-d tensor")
+            sizes = None if sd is None else [int(local_tensor.shape[sd[1]])] * mesh.size(sd[0])
+        elif isinstance(sharding_shapes, (dict, list, tuple, torch.Tensor)):
+            if sd is not None and sd[1] >= local_tensor.dim():
+                raise ValueError(f"ShardTensor.from_local: Shard({sd[1]}) of a {local_tensor.dim()}-d tensor")
+            coord = None if sd is None else mesh.get_local_rank(sd[0])
+            sizes = normalize_sharding_shapes(sharding_shapes, tuple(local_tensor.shape), mesh, placements, coord)
+        else:
+            raise ValueError(f"sharding_shapes must be 'infer', 'chunk' or a dict, got {sharding_shapes!r}")
+        return _FromLocal.apply(local_tensor, mesh, placements, None if sizes is None else tuple(sizes))
+
+    # ------------------------------------------------------------------ layout queries
+    def sharding_shapes(self) -> Dict[int, List[torch.Size]]:
+        """``{mesh_dim: [local shape of each rank along that mesh dim]}`` for the sharding mesh dim
+        (empty when nothing is sharded). Accepted back by ``from_local`` / ``redistribute``."""
+        sd = shard_dim_of(self.placements)
+        if sd is None:
+            return {}
+        m, d = sd
+        out = []
+        for s in self._shard_sizes:
+            shape = list(self._local_tensor.shape)
+            shape[d] = s
+            out.append(torch.Size(shape))
+        return {m: out}
+
+    def shard_sizes(self) -> Optional[List[int]]:
+        """Sizes of every rank's shard along the sharded tensor dim (``None`` when not sharded)."""
+        return None if self._shard_sizes is None else list(self._shard_sizes)
+
+    def offsets(self, mesh_dim: int = 0) -> int:
+        """Start of this rank's shard along the sharded tensor dim.
+
+        The sum of the shard sizes of the ranks before this one along ``mesh_dim`` (the order of
+        ``full_tensor()``), so local row ``i`` is global row ``offsets() + i``. 0 when
+        ``mesh_dim`` does not Shard the tensor.
+        """
+        if not 0 <= mesh_dim < self.device_mesh.ndim:
+            raise ValueError(f"offsets: mesh_dim={mesh_dim} is not a dim of a {self.device_mesh.ndim}-D mesh")
+        if not isinstance(self.placements[mesh_dim], Shard):
+            return 0
+        coord = self.device_mesh.get_local_rank(mesh_dim)
+        return int(sum(self._shard_sizes[:coord]))
+
+    # ------------------------------------------------------------------ conversions
+    def to_local(self, *, grad_placements=None) -> torch.Tensor:
+        """This rank's shard as a plain tensor (differentiable).
+
+        Args:
+            grad_placements: placements the gradient of the returned tensor will have when they
+                differ from this tensor's (e.g. ``(Partial(),)`` for a replicated tensor whose
+                local copy feeds per-rank computations: backward then sums the gradients).
+        """
+        if not torch.is_grad_enabled():
+            return self._local_tensor
+        return _ToLocal.apply(self, None if grad_placements is None else tuple(grad_placements))
+
+    def redistribute(self, device_mesh: Optional[DeviceMesh] = None, placements=None, sharding_shapes=None,
+                     *, async_op: bool = False) -> "ShardTensor":
+        """Change placements or shard sizes (differentiable).
+
+        Supported per mesh dim: Shard(i) -> Replicate (all-gather-v), Replicate -> Shard(j) (local
+        slice), Shard(i) -> Shard(j) (all-to-all-v), Shard(i) -> Shard(i) with new sizes
+        (rebalance: each row moves to its new owner with all-to-all-v), Partial -> Replicate
+        (all-reduce) and Partial -> Shard(j) (reduce-scatter-v).
+
+        Args:
+            device_mesh: must be this tensor's mesh (or ``None``).
+            placements: target placements (``None``: keep).
+            sharding_shapes: target layout for a Shard target, same forms as in
+                :meth:`from_local` (``None``: keep the sizes for the same Shard dim, else the
+                ``torch.chunk`` layout).
+        """
+        from meshshard.tensor.redistribute import redistribute
+        if device_mesh is not None and device_mesh != self.device_mesh:
+            raise NotImplementedError("ShardTensor.redistribute to another device mesh is not supported")
+        return redistribute(self, placements, sharding_shapes)
+
+    def full_tensor(self, *, grad_placements=None) -> torch.Tensor:
+        """The whole tensor on every rank, rows in rank order (differentiable; each rank's gradient
+        is its shard's slice of the replicated gradient)."""
+        rep = self.redistribute(placements=(Replicate(),) * self.device_mesh.ndim)
+        return rep.to_local(grad_placements=grad_placements)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        """Backward from this (usually replicated scalar) ShardTensor, like :meth:`torch.Tensor.backward`."""
+        if gradient is None:
+            if self.numel() != 1:
+                raise RuntimeError("grad can be implicitly created only for scalar outputs")
+            gradient = _make(torch.ones_like(self._local_tensor), self.device_mesh, self.placements, self._shard_sizes)
+        torch.autograd.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
+
+    def __repr__(self):
+        return (f"ShardTensor(local_tensor={self._local_tensor}, device_mesh={self.device_mesh}, "
+                f"placements={self.placements}, shard_sizes={self._shard_sizes})")
+
+    # ------------------------------------------------------------------ handler registry
+    @classmethod
+    def register_function_handler(cls, func: Callable, handler: Callable) -> None:
+        """Run ``handler(func, types, args, kwargs)`` whenever ``func`` (a torch function or Tensor
+        method, e.g. ``torch.dot``) is called with a ShardTensor argument. Overrides built-ins."""
+        reg.FUNCTION_HANDLERS[func] = handler
+
+    @classmethod
+    def register_named_function_handler(cls, name: str, handler: Callable) -> None:
+        """Like :meth:`register_function_handler`, keyed by a name: ``str(func)``, ``func.__name__``
+        or a qualified name such as ``"torch.Tensor.__getitem__"`` or ``"torch.nn.functional.linear"``."""
+        reg.NAMED_FUNCTION_HANDLERS[name] = handler
+
+    @classmethod
+    def register_dispatch_handler(cls, op, handler: Callable) -> None:
+        """Run ``handler(op, types, args, kwargs)`` for an aten op (overload or packet) reaching
+        ``__torch_dispatch__`` with ShardTensor arguments (below autograd)."""
+        reg.DISPATCH_HANDLERS[op] = handler
+
+    # ------------------------------------------------------------------ interception
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        handler = reg.FUNCTION_HANDLERS.get(func)
+        if handler is None and reg.NAMED_FUNCTION_HANDLERS:
+            for name in reg.function_names(func):
+                handler = reg.NAMED_FUNCTION_HANDLERS.get(name)
+                if handler is not None:
+                    break
+        if handler is None:
+            handler = reg.BUILTIN_FUNCTION_HANDLERS.get(func)
+        if handler is not None:
+            return handler(func, types, args, kwargs)
+        if _is_passthrough(func):
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+        raise NotImplementedError(
+            f"ShardTensor does not support {_func_name(func)} (it could silently mix rows of different "
+            "ranks). Register a handler with ShardTensor.register_function_handler(func, handler), or "
+            "call it on .to_local() / .full_tensor() yourself.")
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        handler = reg.DISPATCH_HANDLERS.get(func) or reg.DISPATCH_HANDLERS.get(getattr(func, "overloadpacket", None))
+        if handler is not None:
+            return handler(func, types, args, kwargs)
+        if func in _LOCAL_DISPATCH:
+            return _dispatch_locally(func, args, kwargs)
+        raise NotImplementedError(
+            f"ShardTensor: aten op {func} reached __torch_dispatch__ and is not supported. Use "
+            "ShardTensor.register_dispatch_handler(op, handler), or register_function_handler for the "
+            "torch function that issued it.")
+
+
+def _func_name(func) -> str:
+    return reg.function_names(func)[-1]
+
+
+aten = torch.ops.aten
+# Ops the autograd engine issues on ShardTensor gradients itself; run locally, layout kept.
+_LOCAL_DISPATCH = {
+    aten.add.Tensor, aten.add_.Tensor, aten.ones_like.default, aten.zeros_like.default, aten.empty_like.default,
+    aten.detach.default, aten.alias.default, aten.clone.default, aten.copy_.default, aten.zero_.default,
+    aten._to_copy.default, aten.fill_.Scalar, aten.is_same_size.default, aten._local_scalar_dense.default,
+    aten.view.default, aten._unsafe_view.default,
+}
+_INPLACE = {aten.copy_.default, aten.zero_.default, aten.fill_.Scalar, aten.add_.Tensor}
+
+
+def _dispatch_locally(func, args, kwargs):
+    layouts = []
+
+    def unwrap(x):
+        if isinstance(x, ShardTensor):
+            layouts.append((x.device_mesh, tuple(x.placements), x._shard_sizes))
+            return x._local_tensor
+        return x
+
+    local_args, local_kwargs = pytree.tree_map(unwrap, (args, kwargs))
+    if any(lay != layouts[0] for lay in layouts[1:]):
+        raise ValueError(f"ShardTensor: {func} on ShardTensors of different layouts: "
+                         + "; ".join(f"{p} sizes {s}" for _, p, s in layouts))
+    mesh, placements, sizes = layouts[0]
+    if func in (aten.view.default, aten._unsafe_view.default):
+        # Only the identity view (the engine reshaping a gradient to its own shape) is local.
+        if tuple(local_args[1]) != tuple(args[0].shape):
+            raise NotImplementedError(f"ShardTensor: {func} to another shape is not supported")
+        return _make(local_args[0].view(local_args[0].shape), mesh, placements, sizes)
+    if func is aten._local_scalar_dense.default and shard_dim_of(placements) is not None:
+        raise NotImplementedError("ShardTensor: item() of a sharded tensor; call full_tensor() first")
+    out = func(*local_args, **local_kwargs)
+    if func in _INPLACE:
+        return args[0]
+    if func in (aten.is_same_size.default, aten._local_scalar_dense.default):
+        return out
+    return pytree.tree_map(lambda t: _make(t, mesh, placements, sizes) if isinstance(t, torch.Tensor) else t, out)
