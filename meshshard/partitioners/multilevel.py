@@ -36,8 +36,11 @@ def symmetric_adjacency(edge_index: np.ndarray, num_nodes: int, edge_weights: Op
     w = np.ones(row.shape[0]) if edge_weights is None else np.asarray(edge_weights, dtype=np.float64)[keep]
     lo, hi = np.minimum(row, col), np.maximum(row, col)
     key = lo * np.int64(num_nodes) + hi
-    order = np.lexsort((-w, key))
-    key, w = key[order], w[order]
+    if edge_weights is None:
+        key = np.sort(key)  # all weights 1: no need to carry them through the sort
+    else:
+        order = np.lexsort((-w, key))
+        key, w = key[order], w[order]
     first = np.ones(key.shape[0], dtype=bool)
     first[1:] = key[1:] != key[:-1]
     key, w = key[first], w[first]
@@ -68,9 +71,25 @@ def _accept_in_order(groups: np.ndarray, amounts: np.ndarray, room: np.ndarray) 
     return ok
 
 
-def _boundary_connectivity(assign, row, col, ew, num_parts, n):
-    """Boundary nodes and their connectivity ``conn [nb, P]`` to every part."""
-    a_col = assign[col]
+def _rows_edges(indptr: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+    """Positions in the CSR arrays of every edge leaving ``nodes`` (vectorised range expansion)."""
+    starts = indptr[nodes]
+    lens = indptr[nodes + 1] - starts
+    total = int(lens.sum())
+    offsets = np.cumsum(lens) - lens
+    return np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, lens)
+
+
+def _boundary_connectivity(assign, indptr, col, ew, num_parts, n, active):
+    """Boundary nodes among ``active`` (all when ``None``) and their connectivity ``conn [nb, P]``."""
+    if active is None:
+        row = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+        pos = None
+    else:
+        pos = _rows_edges(indptr, active)
+        row = np.repeat(active, indptr[active + 1] - indptr[active])
+    c = col if pos is None else col[pos]
+    a_col = assign[c]
     cut = assign[row] != a_col
     if not cut.any():
         return None
@@ -81,9 +100,10 @@ def _boundary_connectivity(assign, row, col, ew, num_parts, n):
     local[bnodes] = np.arange(bnodes.shape[0])
     e_sel = is_b[row]
     lr = local[row[e_sel]]
-    conn = np.bincount(lr * num_parts + a_col[e_sel], weights=ew[e_sel],
+    w_sel = (ew if pos is None else ew[pos])[e_sel]
+    conn = np.bincount(lr * num_parts + a_col[e_sel], weights=w_sel,
                        minlength=bnodes.shape[0] * num_parts).reshape(-1, num_parts)
-    return bnodes, local, e_sel, lr, conn
+    return bnodes, local, lr, c[e_sel], conn
 
 
 def greedy_refine(
@@ -97,16 +117,22 @@ def greedy_refine(
 ) -> np.ndarray:
     """Greedy boundary moves on one level (see the module docstring). Modifies ``assign``."""
     n = assign.shape[0]
-    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(adj.indptr))
+    indptr = adj.indptr.astype(np.int64)
     col = adj.indices.astype(np.int64)
     ew = adj.data
     part_w = np.bincount(assign, weights=weights, minlength=num_parts)
     sizes = np.bincount(assign, minlength=num_parts)
+    active = None  # None: look at every node; else only where the last round changed something
     for round_ in range(max_rounds):
-        found = _boundary_connectivity(assign, row, col, ew, num_parts, n)
+        if part_w.max() > max_w:
+            active = None  # rebalancing needs every boundary node of the heavy parts
+        found = _boundary_connectivity(assign, indptr, col, ew, num_parts, n, active)
         if found is None:
-            break
-        bnodes, local, e_sel, lr, conn = found
+            if active is None:
+                break
+            active = None
+            continue
+        bnodes, local, lr, lcol, conn = found
         nb = bnodes.shape[0]
         src = assign[bnodes]
         ar = np.arange(nb)
@@ -121,13 +147,16 @@ def greedy_refine(
         cand = (gain > 0) | slide | (over & np.isfinite(gain))
         cand &= (part_w[tgt] + wb <= max_w) & (sizes[src] > 1)
         if not cand.any():
-            break
+            if active is None:
+                break
+            active = None  # part weights changed elsewhere: one full look before stopping
+            continue
         ci = np.flatnonzero(cand)
         # priority: overweight sources first, then gain, then a hash -> unique ranks
         rank_order = np.lexsort((_hash(bnodes[ci], salt * 1009 + round_), gain[ci], over[ci]))
         prio = np.zeros(nb, dtype=np.int64)
         prio[ci[rank_order]] = np.arange(1, ci.shape[0] + 1)
-        lc = local[col[e_sel]]
+        lc = local[lcol]
         both = (lc >= 0) & (prio[lr] > 0)
         nbr = np.zeros(nb, dtype=np.int64)
         np.maximum.at(nbr, lr[both], prio[np.maximum(lc[both], 0)])
@@ -145,8 +174,18 @@ def greedy_refine(
             ok &= ~neg | ok_neg
         mi, m_src, m_tgt, m_w = mi[ok], m_src[ok], m_tgt[ok], m_w[ok]
         if mi.shape[0] == 0:
-            break
-        assign[bnodes[mi]] = m_tgt
+            if active is None:
+                break
+            active = None
+            continue
+        moved = bnodes[mi]
+        assign[moved] = m_tgt
+        # next round: moved nodes, their neighbours, and candidates that lost this round
+        nxt = np.zeros(n, dtype=bool)
+        nxt[col[_rows_edges(indptr, moved)]] = True
+        nxt[moved] = True
+        nxt[bnodes[cand]] = True
+        active = np.flatnonzero(nxt)
         part_w += np.bincount(m_tgt, weights=m_w, minlength=num_parts) - np.bincount(m_src, weights=m_w, minlength=num_parts)
         sizes += np.bincount(m_tgt, minlength=num_parts) - np.bincount(m_src, minlength=num_parts)
     return assign
@@ -160,10 +199,13 @@ def _coarsen(adj: sp.csr_matrix, weights: np.ndarray, assign: np.ndarray, max_no
     ok_edge = (assign[row] == assign[col]) & (weights[row] + weights[col] <= max_node_w)
     # heaviest edge per node, ties by a hash: score = weight + hash fraction in [0, 0.5) * min weight
     wmin = float(adj.data.min()) if adj.nnz else 1.0
-    jitter = (_hash(row * np.int64(n) + col, salt) >> np.uint64(11)).astype(np.float64) / 2.0**53
+    # the tie-break must be a symmetric function of the edge: both ends then rank it alike, and
+    # locally dominant edges are mutual proposals (matches grow fast, round after round)
+    edge_id = np.minimum(row, col) * np.int64(n) + np.maximum(row, col)
+    jitter = (_hash(edge_id, salt) >> np.uint64(11)).astype(np.float64) / 2.0**53
     score = adj.data + 0.5 * wmin * jitter
     mate = np.full(n, -1, dtype=np.int64)
-    for _ in range(4):
+    for _ in range(6):
         free = mate < 0
         live = ok_edge & free[row] & free[col]
         if not live.any():
@@ -200,6 +242,7 @@ def multilevel_refine(
     imbalance: float = 1.01,
     coarse_imbalance: Optional[float] = None,
     min_coarse_nodes: int = 0,
+    cycles: int = 2,
 ) -> np.ndarray:
     """Refine ``assignment`` on a hierarchy of coarsened graphs (see the module docstring).
 
@@ -214,6 +257,9 @@ def multilevel_refine(
             the finest level restores ``imbalance`` (if it cannot, the input is refined on the
             original graph alone, which never breaks a bound the input met).
         min_coarse_nodes: stop coarsening below this many nodes (default ``40 * num_parts``).
+        cycles: V-cycles; the first starts from the input, the next from the best result so far,
+            each with a different matching (a greedy hierarchy's result depends on it). The
+            lowest cut among them and a single-level greedy pass is returned.
 
     Returns:
         int64 ``[N]`` refined part ids; parts stay non-empty.
@@ -223,33 +269,55 @@ def multilevel_refine(
     if num_parts < 2 or n == 0 or edge_index.shape[1] == 0:
         return assign
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
-    total = float(w.sum())
-    mean = total / num_parts
+    mean = float(w.sum()) / num_parts
     # measured on the real meshes: a loose coarse bound lets whole clusters cross the cut
     coarse_imbalance = imbalance + 0.09 if coarse_imbalance is None else coarse_imbalance
     min_coarse_nodes = 40 * num_parts if not min_coarse_nodes else min_coarse_nodes
     adj = symmetric_adjacency(edge_index, n, edge_weights)
+    best, best_cut = None, np.inf
+    if np.bincount(assign, weights=w, minlength=num_parts).max() <= imbalance * mean and np.bincount(assign, minlength=num_parts).min() > 0:
+        best, best_cut = assign, _cut_weight(adj, assign)  # never return worse than the input
+    flat = greedy_refine(assign.copy(), num_parts, adj, w, imbalance * mean, max_rounds=64)  # one level only
+    if _cut_weight(adj, flat) < best_cut and np.bincount(flat, weights=w, minlength=num_parts).max() <= imbalance * mean:
+        best, best_cut = flat, _cut_weight(adj, flat)
+    start = assign
+    for cycle in range(max(1, int(cycles))):
+        out = _v_cycle(start.copy(), num_parts, adj, w, mean, imbalance, coarse_imbalance, min_coarse_nodes, cycle)
+        cut = _cut_weight(adj, out)
+        if cut < best_cut:
+            best, best_cut = out, cut
+        start = best
+    return best
+
+
+def _cut_weight(adj: sp.csr_matrix, assign: np.ndarray) -> float:
+    row = np.repeat(np.arange(adj.shape[0], dtype=np.int64), np.diff(adj.indptr))
+    return float(adj.data[assign[row] != assign[adj.indices]].sum()) / 2
+
+
+def _v_cycle(assign, num_parts, adj, w, mean, imbalance, coarse_imbalance, min_coarse_nodes, salt):
     levels: List[Tuple[np.ndarray, sp.csr_matrix, np.ndarray]] = []  # (cmap to next, adj, weights)
+    original = assign.copy()
     cur_adj, cur_w, cur_a = adj, w, assign
     max_node_w = max(0.5 * (coarse_imbalance - 1.0) * mean, float(w.max()))
     for depth in range(30):
         if cur_adj.shape[0] <= min_coarse_nodes:
             break
-        cmap, cadj, cw, ca = _coarsen(cur_adj, cur_w, cur_a, max_node_w, depth)
+        cmap, cadj, cw, ca = _coarsen(cur_adj, cur_w, cur_a, max_node_w, 97 * salt + depth)
         if cadj.shape[0] > 0.9 * cur_adj.shape[0]:
             break  # matching found too little to coarsen: stop here
         levels.append((cmap, cur_adj, cur_w))
         cur_adj, cur_w, cur_a = cadj, cw, ca
     # refine from the coarsest level up, projecting the parts down each time
-    cur_a = greedy_refine(cur_a, num_parts, cur_adj, cur_w, coarse_imbalance * mean, salt=len(levels))
+    cur_a = greedy_refine(cur_a, num_parts, cur_adj, cur_w, coarse_imbalance * mean, salt=97 * salt + len(levels))
     for depth in range(len(levels) - 1, -1, -1):
         cmap, fadj, fw = levels[depth]
         cur_a = cur_a[cmap]
         bound = imbalance if depth == 0 else coarse_imbalance
-        cur_a = greedy_refine(cur_a, num_parts, fadj, fw, bound * mean, salt=depth)
+        cur_a = greedy_refine(cur_a, num_parts, fadj, fw, bound * mean, salt=97 * salt + depth)
     if not levels:
         cur_a = greedy_refine(cur_a, num_parts, adj, w, imbalance * mean)
     part_w = np.bincount(cur_a, weights=w, minlength=num_parts)
     if part_w.max() > imbalance * mean * (1 + 1e-12) or (np.bincount(cur_a, minlength=num_parts) == 0).any():
-        cur_a = greedy_refine(np.array(assignment, dtype=np.int64, copy=True), num_parts, adj, w, imbalance * mean)
+        cur_a = greedy_refine(original, num_parts, adj, w, imbalance * mean)
     return cur_a
