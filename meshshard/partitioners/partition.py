@@ -62,10 +62,12 @@ class Partition:
         num_parts = int(num_parts)
         if num_parts < 1:
             raise ValueError(f"num_parts must be >= 1, got {num_parts}")
-        if assignment.numel() and (int(assignment.min()) < 0 or int(assignment.max()) >= num_parts):
+        # numpy for the O(N) bookkeeping: torch's threaded kernels are slow on a busy machine
+        a_np = assignment.numpy()
+        if a_np.size and (int(a_np.min()) < 0 or int(a_np.max()) >= num_parts):
             raise ValueError(
                 f"assignment holds shard ids outside [0, {num_parts}): "
-                f"min {int(assignment.min())}, max {int(assignment.max())}"
+                f"min {int(a_np.min())}, max {int(a_np.max())}"
             )
         if node_weights is not None:
             node_weights = torch.as_tensor(node_weights, dtype=torch.float64).cpu()
@@ -77,7 +79,7 @@ class Partition:
         self.num_parts = num_parts
         self.method = str(method)
         self.node_weights = node_weights
-        counts = torch.bincount(assignment, minlength=num_parts)
+        counts = torch.from_numpy(np.bincount(a_np, minlength=num_parts).astype(np.int64))
         self.sizes: List[int] = counts.tolist()
         self.offsets = torch.zeros(num_parts + 1, dtype=torch.long)
         self.offsets[1:] = torch.cumsum(counts, 0)

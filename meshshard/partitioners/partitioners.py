@@ -19,7 +19,7 @@ from meshshard.partitioners._validate import (
 from meshshard.partitioners.graph import metis_assignment
 from meshshard.partitioners.kdtree import rcb_assignment
 from meshshard.partitioners.partition import Partition
-from meshshard.partitioners.refine import refine_boundary
+from meshshard.partitioners.multilevel import multilevel_refine
 from meshshard.partitioners.sfc import hilbert_keys, morton_keys
 
 __all__ = [
@@ -46,14 +46,14 @@ class BasePartitioner:
             default :data:`DEFAULT_IMBALANCE` (1.01).
         seed: tie-break / METIS seed; the same input and seed give the same partition.
         refine: geometric methods only: when an ``edge_index`` is given, move boundary nodes to
-            lower the edge cut (default True).
-        max_passes: refinement pass limit.
+            lower the edge cut (default True): greedy vectorised Fiduccia-Mattheyses passes on a
+            hierarchy of coarsened graphs
+            (:func:`~meshshard.partitioners.multilevel.multilevel_refine`).
     """
 
     name = ""
 
-    def __init__(self, *, imbalance: Optional[float] = None, seed: int = 0, refine: bool = True,
-                 max_passes: int = 200) -> None:
+    def __init__(self, *, imbalance: Optional[float] = None, seed: int = 0, refine: bool = True) -> None:
         if imbalance is None:
             imbalance = DEFAULT_IMBALANCE
         if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float, np.floating, np.integer)):
@@ -65,7 +65,6 @@ class BasePartitioner:
         self.imbalance = float(imbalance)
         self.seed = int(seed)
         self.refine = bool(refine)
-        self.max_passes = int(max_passes)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(imbalance={self.imbalance}, seed={self.seed}, refine={self.refine})"
@@ -102,11 +101,7 @@ class BasePartitioner:
             ew = as_edge_weights(edge_weights, ei.shape[1])
         assign = self._initial(pts, num_parts, w)
         if ei is not None and self.refine and num_parts > 1:
-            lo, hi, uw = undirected_pairs(ei, n, ew)
-            indptr, indices, data = symmetric_csr(lo, hi, uw, n)
-            del lo, hi, uw
-            assign = refine_boundary(assign, indptr, indices, num_parts, edge_weights=data, node_weights=w,
-                                     imbalance=self.imbalance, max_passes=self.max_passes, seed=self.seed)
+            assign = multilevel_refine(assign, num_parts, ei, weights=w, edge_weights=ew, imbalance=self.imbalance)
         return Partition(torch.from_numpy(assign), num_parts, method=self.name,
                          node_weights=None if w is None else torch.from_numpy(w))
 
@@ -136,9 +131,11 @@ class _CurvePartitioner(BasePartitioner):
         # the parts are the runs of the (key, id) order cut at even weight; no full sort needed:
         # keys are bucketed by their top 20 bits and only the buckets holding a cut are sorted
         total_bits = 64 if points.shape[1] == 2 else 63
-        bucket = (keys >> np.uint64(total_bits - _BUCKET_BITS)).view(np.int64)
+        # about 4 points per bucket, at most 2**20 buckets: bucket bookkeeping stays O(N)
+        bucket_bits = int(min(_BUCKET_BITS, max(8, np.log2(max(points.shape[0], 1)) - 2)))
+        bucket = (keys >> np.uint64(total_bits - bucket_bits)).view(np.int64)
         return balanced_runs(keys, weights, np.arange(1, num_parts) / num_parts,
-                             np.ones(num_parts, dtype=np.int64), bucket, 1 << _BUCKET_BITS)
+                             np.ones(num_parts, dtype=np.int64), bucket, 1 << bucket_bits)
 
 
 class MortonPartitioner(_CurvePartitioner):

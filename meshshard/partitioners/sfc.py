@@ -146,29 +146,53 @@ def _hilbert_tables(dim: int, levels: int) -> Tuple[np.ndarray, np.ndarray]:
     return digits.astype(np.uint32), nxt.astype(np.uint8)
 
 
+@functools.lru_cache(maxsize=None)
+def _packed_table(dim: int, levels: int) -> np.ndarray:
+    """One int64 table per ``levels``: ``(next_state << chunk_bits) << 32 | digits``.
+
+    The high word is the next look-up's row offset, ready to OR with the next chunk: one
+    ``take`` per step instead of two.
+    """
+    digits, nxt = _hilbert_tables(dim, levels)
+    chunk_bits = dim * levels
+    return (nxt.astype(np.int64) << (32 + chunk_bits)) | digits.astype(np.int64)
+
+
+def _level_chunks(bits: int, dim: int) -> list:
+    """Levels consumed per table look-up, most significant first (e.g. 3D 21 bits: 7 * 3, 2D 32 bits: 4 * 8)."""
+    per = 3 if dim == 3 else 8  # 9- or 16-bit chunks: the packed tables stay in cache
+    first = bits % per
+    return ([first] if first else []) + [per] * (bits // per)
+
+
 def hilbert_from_grid(grid: list, bits: int) -> np.ndarray:
     """Hilbert key of integer grid coordinates (list of ``d`` uint64 arrays, consumed): uint64 ``[N]``."""
     dim = len(grid)
-    levels = 3 if dim == 3 else 8  # 9-bit or 16-bit chunks: tables stay in cache
-    while bits % levels:
-        levels -= 1
-    digits_t, next_t = _hilbert_tables(dim, levels)
-    chunk_bits = dim * levels
     m = morton_from_grid(grid)
     n = m.shape[0]
     key = np.zeros(n, dtype=_U)
-    state = np.zeros(n, dtype=np.intp)  # start state e = 0, d = 0
-    idx = np.empty(n, dtype=np.intp)
+    row = np.zeros(n, dtype=np.int64)  # start state e = 0, d = 0, times the table row length
     tmp = np.empty(n, dtype=_U)
-    mask = _U((1 << chunk_bits) - 1)
-    for shift in range(bits * dim - chunk_bits, -1, -chunk_bits):
+    val = np.empty(n, dtype=np.int64)
+    shift = bits * dim
+    prev_bits = None
+    for levels in _level_chunks(bits, dim):
+        chunk_bits = dim * levels
+        if prev_bits is not None and prev_bits != chunk_bits:
+            # the row offsets were packed for the previous table's row length: rescale them
+            np.right_shift(row, prev_bits, out=row)
+            np.left_shift(row, chunk_bits, out=row)
+        table = _packed_table(dim, levels)
+        shift -= chunk_bits
         np.right_shift(m, _U(shift), out=tmp)
-        np.bitwise_and(tmp, mask, out=tmp)
-        np.left_shift(state, chunk_bits, out=idx)
-        np.bitwise_or(idx, tmp.view(np.int64), out=idx)
+        np.bitwise_and(tmp, _U((1 << chunk_bits) - 1), out=tmp)
+        np.bitwise_or(row, tmp.view(np.int64), out=row)
+        table.take(row, out=val)
+        np.right_shift(val, 32, out=row)
+        np.bitwise_and(val, 0xFFFFFFFF, out=val)
         np.left_shift(key, _U(chunk_bits), out=key)
-        np.bitwise_or(key, digits_t.take(idx), out=key, casting="unsafe")
-        np.copyto(state, next_t.take(idx))
+        np.bitwise_or(key, val.view(_U), out=key)
+        prev_bits = chunk_bits
     return key
 
 

@@ -3,8 +3,7 @@ import pytest
 import torch
 
 from meshshard.partitioners import partition, partition_quality
-from meshshard.partitioners._graph import symmetric_csr, undirected_pairs
-from meshshard.partitioners.refine import refine_boundary
+from meshshard.partitioners.multilevel import multilevel_refine
 from tests.partitioners._meshes import MESH_FILES, load_drivaer, load_mesh
 
 
@@ -33,18 +32,21 @@ def test_refinement_weighted_and_custom_bound(data_dir):
     assert a <= b  # a looser bound leaves more room for moves
 
 
-def test_refinement_never_raises_cut_and_respects_edge_weights():
-    # a ring of 40 nodes split badly (alternating blocks); refinement only ever lowers the cut
+def test_refinement_repairs_a_bad_ring_partition_and_respects_edge_weights():
+    # a ring of 40 nodes split into alternating blocks of 3: refinement lowers the cut
     n = 40
-    lo = np.arange(n)
-    hi = (lo + 1) % n
-    l, h, _ = undirected_pairs(np.stack([lo, hi]), n)
-    indptr, indices, _ = symmetric_csr(l, h, None, n)
+    ring = np.stack([np.arange(n), (np.arange(n) + 1) % n])
     start = (np.arange(n) // 3) % 2
-    out = refine_boundary(start, indptr, indices, 2, imbalance=1.2)
-    cut = lambda a: int((a[lo] != a[hi]).sum())  # noqa: E731
+    out = multilevel_refine(start, 2, ring, imbalance=1.2)
+    cut = lambda a, w=None: float(((a[ring[0]] != a[ring[1]]) * (1 if w is None else w)).sum())  # noqa: E731
     assert cut(out) < cut(start)
     assert np.bincount(out, minlength=2).max() <= 1.2 * n / 2
+    # with one very heavy edge, the refined partition does not cut it
+    w = np.ones(n)
+    w[7] = 1000.0
+    out = multilevel_refine(start, 2, ring, edge_weights=w, imbalance=1.2)
+    assert out[ring[0, 7]] == out[ring[1, 7]]
+    assert cut(out, w) < cut(start, w)
 
 
 def test_refinement_on_drivaer_knn(data_dir):
