@@ -17,18 +17,21 @@ BUILTIN_FUNCTION_HANDLERS: Dict[Callable, Callable] = {}  # meshshard's own hand
 
 
 def function_names(func) -> list:
-    """Names a function handler may be registered under: ``str(func)``, ``__name__`` and qualified names."""
+    """Names a handler may be registered under, most readable last: ``str(func)``, ``__name__``,
+    then ``torch.Tensor.<name>`` (methods), ``torch.<name>`` (torch functions) or ``module.qualname``."""
     names = [str(func)]
     name = getattr(func, "__name__", None)
-    if name:
-        names.append(name)
-        qual = getattr(func, "__qualname__", name)
-        mod = getattr(func, "__module__", None)
-        objclass = getattr(func, "__objclass__", None)
-        if objclass is not None:
-            names.append(f"torch.Tensor.{name}")
-        elif mod:
-            names.append(f"{mod}.{qual}")
-            if mod.startswith("torch._C"):
-                names.append(f"torch.{qual}")
+    if not name:
+        return names
+    names.append(name)
+    qual = getattr(func, "__qualname__", name) or name
+    mod = getattr(func, "__module__", None)
+    if getattr(func, "__objclass__", None) is not None or qual.startswith(("TensorBase.", "Tensor.")):
+        names.append(f"torch.Tensor.{name}")
+    elif qual.startswith("_VariableFunctionsClass.") or mod in (None, "torch", "torch._C", "torch._C._VariableFunctions"):
+        names.append(f"torch.{name}")
+    elif mod == "torch._C._nn":
+        names += [f"{mod}.{qual}", f"torch.nn.functional.{name}"]
+    else:
+        names.append(f"{mod}.{qual}")
     return names

@@ -33,6 +33,8 @@ __all__ = ["ShardTensor"]
 
 def _make(local: torch.Tensor, mesh: DeviceMesh, placements, shard_sizes, requires_grad: bool = False) -> "ShardTensor":
     """Wrap ``local`` (no autograd link) in a ShardTensor."""
+    if local.requires_grad:  # autograd links wrapper and local through _FromLocal/_ToLocal instead
+        local = local.detach()
     spec = make_spec(mesh, placements, local, shard_sizes)
     out = torch.Tensor._dtensor__new__(ShardTensor, local, spec, requires_grad=requires_grad)
     out._spec = spec
@@ -94,7 +96,7 @@ _PASSTHROUGH = {
     torch.Tensor.is_contiguous, torch.Tensor.element_size, torch.Tensor.nelement, torch.Tensor.ndimension,
     torch.Tensor.is_floating_point, torch.Tensor.is_complex, torch.Tensor.get_device, torch.Tensor.detach,
     torch.Tensor.detach_, torch.Tensor.__hash__, torch.Tensor.__reduce_ex__, torch.Tensor.__deepcopy__,
-    torch.Tensor.__format__,
+    torch.Tensor.__format__, torch.autograd.backward, torch.autograd.grad,
 }
 
 
