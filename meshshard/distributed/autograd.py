@@ -49,12 +49,18 @@ import torch
 
 from meshshard.distributed.comm import (
     CollectiveMismatchError,
+    P2POp,
+    batch_isend_irecv,
     all_gather_object,
-    all_gather_sizes,
     all_reduce,
     all_to_all_single,
 )
-from meshshard.distributed.process_group import get_rank, get_world_size, is_initialized
+from meshshard.distributed.process_group import comm_device, get_rank, get_world_size, is_initialized
+
+# P2POp wants the torch.distributed functions themselves (this is layer 0, which may import them).
+from torch.distributed import get_global_rank as _dist_global_rank
+from torch.distributed import irecv as irecv_op
+from torch.distributed import isend as isend_op
 
 __all__ = [
     "all_gather_v",
@@ -84,6 +90,10 @@ SizesMatrixLike = Union[Sequence[Sequence[int]], torch.Tensor]
 # ---------------------------------------------------------------------------------------------
 
 _VALIDATE = True
+# all_gather_v of large outputs by isend/irecv (no W-fold send copy); small ones by one
+# all_to_all_single, whose single call has less latency than W - 1 point-to-point pairs.
+_ALL_GATHER_P2P = True
+_P2P_MIN_BYTES = 1 << 20
 
 
 def set_validation(enabled: bool) -> bool:
@@ -198,6 +208,10 @@ def _as_size_matrix(sizes: SizesMatrixLike, world: int, errors: List[str]) -> Li
     return rows
 
 
+def _global_rank(group, rank: int) -> int:
+    return rank if group is None else _dist_global_rank(group, rank)
+
+
 def _is_low_precision_float(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point and dtype.itemsize < 4
 
@@ -222,6 +236,19 @@ def _exchange(front: torch.Tensor, send: Sequence[int], recv: Sequence[int], gro
 # ---------------------------------------------------------------------------------------------
 # cross-rank validation
 # ---------------------------------------------------------------------------------------------
+
+def _gather_ints(vector: List[int], world: int, group) -> List[List[int]]:
+    """Every rank's equally long int vector, as a ``W x k`` list.
+
+    Uses one all-to-all of ``W`` copies rather than an all-gather: gloo runs the all-to-all's
+    pairs concurrently, while its ring all-gather takes ``W - 1`` steps (about half the latency
+    at ``W = 4``), and this latency is the whole cost of validation.
+    """
+    k = len(vector)
+    send = torch.tensor(vector * world, dtype=torch.int64, device=comm_device(group))
+    recv = all_to_all_single(send, [k] * world, [k] * world, group=group)
+    return recv.view(world, k).tolist()
+
 
 class _Field:
     """One named group of integers that every rank reports; ``render`` formats it for messages."""
@@ -248,12 +275,13 @@ def _validate(
     what: str,
     group,
     errors: List[str],
-    fields: Sequence[_Field] = (),
+    fields: Callable[[], Sequence[_Field]] = tuple,
     cross_check: Optional[Callable[[List[List[List[int]]]], Optional[str]]] = None,
 ) -> None:
     """Raise the same error on every rank if any rank's input is invalid or ranks disagree.
 
-    One all-gather of ``[error flag, *field values]`` per call. ``cross_check`` receives, per
+    One all-gather of ``[error flag, *field values]`` per call. ``fields`` is a callable so that
+    nothing is built when validation is off. ``cross_check`` receives, per
     rank, the list of field values and may return a message for relations between ranks that
     are not plain equality (e.g. the send/receive counts of an all-to-all).
     """
@@ -262,10 +290,11 @@ def _validate(
         if errors:
             raise ValueError(f"{what}: {'; '.join(errors)}")
         return
+    fields = list(fields())
     vector = [1 if errors else 0]
     for f in fields:
         vector.extend(f.values)
-    table = all_gather_sizes(vector, group).tolist()
+    table = _gather_ints(vector, world, group)
     bad = [r for r in range(world) if table[r][0]]
     if bad:
         # Every rank sees the flags, so every rank joins this second (rare) gather of messages.
@@ -302,14 +331,41 @@ def _check_tensor(tensor, what: str) -> None:
 # raw (non-differentiable) kernels, dim-0-first contiguous tensors
 # ---------------------------------------------------------------------------------------------
 
-def _all_gather_front(front: torch.Tensor, sizes: List[int], group) -> torch.Tensor:
+def _all_gather_front(front: torch.Tensor, sizes: List[int], rank: int, group) -> torch.Tensor:
     world = len(sizes)
     if world == 1:
         return front.clone()
+    if _ALL_GATHER_P2P and front[:1].numel() * front.element_size() * sum(sizes) >= _P2P_MIN_BYTES:
+        return _all_gather_p2p(front, sizes, rank, group)
     n = front.shape[0]
     # all_to_all_single needs one contiguous send buffer holding a copy for every rank.
     send = front.unsqueeze(0).expand(world, *front.shape).reshape(world * n, *front.shape[1:])
     return _exchange(send, [n] * world, sizes, group)
+
+
+def _all_gather_p2p(front: torch.Tensor, sizes: List[int], rank: int, group) -> torch.Tensor:
+    """All-gather by point-to-point: the shard is sent as is to every peer and each peer's shard
+    is received straight into its rows of the output, so no W-fold send buffer is built."""
+    dev = comm_device(group)
+    src = front if front.device == dev else front.to(dev)
+    offsets = [0]
+    for s in sizes:
+        offsets.append(offsets[-1] + s)
+    out = torch.empty((offsets[-1],) + tuple(front.shape[1:]), dtype=front.dtype, device=dev)
+    out[offsets[rank] : offsets[rank + 1]].copy_(src)
+    ops = []
+    for j in range(len(sizes)):
+        if j == rank:
+            continue
+        peer = _global_rank(group, j)
+        # Zero-size blocks are skipped on both sides alike, since every rank knows all sizes.
+        if sizes[rank] > 0:
+            ops.append(P2POp(isend_op, src, peer, group))
+        if sizes[j] > 0:
+            ops.append(P2POp(irecv_op, out[offsets[j] : offsets[j + 1]], peer, group))
+    for work in batch_isend_irecv(ops):
+        work.wait()
+    return out if out.device == front.device else out.to(front.device)
 
 
 def _reduce_scatter_front(front: torch.Tensor, sizes: List[int], rank: int, use_fp32: bool, group) -> torch.Tensor:
@@ -352,7 +408,7 @@ class AllGatherVAutograd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, sizes, dim, use_fp32, group, rank):
         ctx.sizes, ctx.dim, ctx.use_fp32, ctx.group, ctx.rank = sizes, dim, use_fp32, group, rank
-        return _from_front(_all_gather_front(_to_front(tensor, dim), sizes, group), dim)
+        return _from_front(_all_gather_front(_to_front(tensor, dim), sizes, rank, group), dim)
 
     @staticmethod
     def backward(ctx, grad):
@@ -516,7 +572,7 @@ def all_gather_v(
     sizes_l = _as_sizes(sizes, world, errors)
     if not err and not errors and tensor.shape[dim_n] != sizes_l[rank]:
         errors.append(f"tensor.size({dim})={tensor.shape[dim_n]} but sizes[{rank}]={sizes_l[rank]}")
-    _validate(what, group, errors, _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l)])
+    _validate(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l)])
     return AllGatherVAutograd.apply(tensor, sizes_l, dim_n, use_fp32, group, rank)
 
 
@@ -551,7 +607,7 @@ def reduce_scatter_v(
     sizes_l = _as_sizes(sizes, world, errors)
     if not err and not errors and tensor.shape[dim_n] != sum(sizes_l):
         errors.append(f"tensor.size({dim})={tensor.shape[dim_n]} but sum(sizes)={sum(sizes_l)}")
-    _validate(what, group, errors, _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l)])
+    _validate(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l)])
     return ReduceScatterVAutograd.apply(tensor, sizes_l, dim_n, use_fp32, group, rank)
 
 
@@ -602,7 +658,7 @@ def gather_v(
     elif not err and not errors and tensor.shape[dim_n] != sizes_l[rank]:
         errors.append(f"tensor.size({dim})={tensor.shape[dim_n]} but sizes[{rank}]={sizes_l[rank]}")
     dst_i = dst if isinstance(dst, int) else -1
-    _validate(what, group, errors, _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l), _Field("dst", [dst_i])])
+    _validate(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l), _Field("dst", [dst_i])])
     return GatherVAutograd.apply(tensor, sizes_l, dim_n, dst, group, rank)
 
 
@@ -643,24 +699,27 @@ def scatter_v(
     elif rank == src and not err and not errors and tensor.shape[dim_n] != sum(sizes_l):
         errors.append(f"source tensor.size({dim})={tensor.shape[dim_n]} but sum(sizes)={sum(sizes_l)}")
     src_i = src if isinstance(src, int) else -1
-    _validate(what, group, errors, _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l), _Field("src", [src_i])])
+    _validate(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l), _Field("src", [src_i])])
     return ScatterVAutograd.apply(tensor, sizes_l, dim_n, src, group, rank)
 
 
-def _pairwise_counts_check(what: str) -> Callable:
+def _count_fields(tensor: torch.Tensor, dim: int, mat: List[List[int]], rank: int) -> List[_Field]:
+    return _tensor_fields(tensor, dim) + [
+        _Field("send counts", mat[rank], must_match=False),
+        _Field("receive counts", [row[rank] for row in mat], must_match=False),
+    ]
+
+
+def _pairwise_counts_check(per_rank: List[List[List[int]]]) -> Optional[str]:
     """Cross-check that what rank i sends to j equals what j expects from i."""
-
-    def check(per_rank: List[List[List[int]]]) -> Optional[str]:
-        bad = []
-        for i, fields in enumerate(per_rank):
-            send = fields[-2]
-            for j in range(len(per_rank)):
-                expected = per_rank[j][-1][i]
-                if send[j] != expected:
-                    bad.append(f"rank {i} sends {send[j]} to rank {j}, which expects {expected}")
-        return ("ranks disagree on sizes: " + "; ".join(bad[:8]) + (" ..." if len(bad) > 8 else "")) if bad else None
-
-    return check
+    bad = []
+    for i, fields in enumerate(per_rank):
+        send = fields[-2]
+        for j in range(len(per_rank)):
+            expected = per_rank[j][-1][i]
+            if send[j] != expected:
+                bad.append(f"rank {i} sends {send[j]} to rank {j}, which expects {expected}")
+    return ("ranks disagree on sizes: " + "; ".join(bad[:8]) + (" ..." if len(bad) > 8 else "")) if bad else None
 
 
 def all_to_all_v(
@@ -694,11 +753,7 @@ def all_to_all_v(
     mat = _as_size_matrix(sizes, world, errors)
     if not err and not errors and tensor.shape[dim_n] != sum(mat[rank]):
         errors.append(f"tensor.size({dim})={tensor.shape[dim_n]} but sum(sizes[{rank}])={sum(mat[rank])}")
-    fields = _tensor_fields(tensor, dim_n) + [
-        _Field("send counts", mat[rank], must_match=False),
-        _Field("receive counts", [row[rank] for row in mat], must_match=False),
-    ]
-    _validate(what, group, errors, fields, _pairwise_counts_check(what))
+    _validate(what, group, errors, lambda: _count_fields(tensor, dim_n, mat, rank), _pairwise_counts_check)
     return AllToAllVAutograd.apply(tensor, mat, dim_n, group, rank)
 
 
@@ -756,11 +811,7 @@ def indexed_all_to_all_v(
                 lo, hi = int(flat_index.min()), int(flat_index.max())
                 if lo < 0 or hi >= tensor.shape[dim_n]:
                     errors.append(f"indices must lie in [0, {tensor.shape[dim_n]}), got range [{lo}, {hi}]")
-    fields = _tensor_fields(tensor, dim_n) + [
-        _Field("send counts", mat[rank], must_match=False),
-        _Field("receive counts", [row[rank] for row in mat], must_match=False),
-    ]
-    _validate(what, group, errors, fields, _pairwise_counts_check(what))
+    _validate(what, group, errors, lambda: _count_fields(tensor, dim_n, mat, rank), _pairwise_counts_check)
     return IndexedAllToAllVAutograd.apply(tensor, flat_index, mat, use_fp32, dim_n, group, rank)
 
 
@@ -784,7 +835,7 @@ def all_reduce_sum(tensor: torch.Tensor, group=None) -> torch.Tensor:
     what = "all_reduce_sum"
     _check_tensor(tensor, what)
     shape = list(tensor.shape)
-    fields = [
+    fields = lambda: [  # noqa: E731
         _Field("dtype", [_dtype_code(tensor.dtype)], lambda v: _dtype_name(v[0])),
         _Field("ndim", [tensor.dim()]),
         _Field("shape", _shape_without(shape + [0], len(shape)), lambda v: str(tuple(x for x in v if x != -1))),
