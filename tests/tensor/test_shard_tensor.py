@@ -269,6 +269,42 @@ def _bad_input_checks(mesh, rank, world):
     assert st.shape[0] == world * (world + 1) // 2
 
 
+def _registry_checks(x_full, mesh, rank, sizes):
+    """register_named_function_handler (feature slicing) and register_dispatch_handler."""
+    from meshshard.distributed import Shard
+    from meshshard.tensor import ShardTensor, _registry
+
+    off = _offsets(sizes)[rank]
+    st = ShardTensor.from_local(x_full[off:off + sizes[rank]].clone(), mesh, (Shard(0),))
+
+    def feature_slice(func, types, args, kwargs):
+        x, key = args
+        if not (isinstance(key, tuple) and key[0] == slice(None)):
+            raise NotImplementedError("rows")
+        return ShardTensor.from_local(x.to_local()[key], x.device_mesh, x.placements, sharding_shapes=x.shard_sizes())
+
+    ShardTensor.register_named_function_handler("torch.Tensor.__getitem__", feature_slice)
+    try:
+        _close(st[:, 1:].full_tensor(), x_full[:, 1:], "named handler")
+    finally:
+        _registry.NAMED_FUNCTION_HANDLERS.pop("torch.Tensor.__getitem__")
+    calls = []
+
+    def detach_handler(op, types, args, kwargs):
+        calls.append(op)
+        x = args[0]
+        return ShardTensor.from_local(x._local_tensor.detach(), x.device_mesh, x.placements,
+                                      sharding_shapes=x.shard_sizes())
+
+    ShardTensor.register_dispatch_handler(torch.ops.aten.detach.default, detach_handler)
+    try:
+        d = st.detach()
+    finally:
+        _registry.DISPATCH_HANDLERS.pop(torch.ops.aten.detach.default)
+    assert calls == [torch.ops.aten.detach.default] and isinstance(d, ShardTensor)
+    _close(d.full_tensor(), x_full, "dispatch handler")
+
+
 def _rank_1d(rank, world, data_dir):
     import meshshard as ms
     from meshshard.distributed import Shard, init_device_mesh
@@ -280,6 +316,7 @@ def _rank_1d(rank, world, data_dir):
     _redistribute_checks(x_full, sizes, mesh, rank, world)
     _ops_check(x_full, sizes, mesh, (Shard(0),), rank, seed=3)
     _dot_handler_check(x_full, mesh, rank, world, sizes)
+    _registry_checks(x_full, mesh, rank, sizes)
     _scatter_checks(x_full, mesh, rank, world, sizes)
     if world > 1:
         _bad_input_checks(mesh, rank, world)
