@@ -3,7 +3,9 @@
 The call signatures follow PhysicsNeMo's ``physicsnemo.distributed`` (``tensor, sizes, dim=0, ...,
 group=None``), so code written against it ports by changing an import. All data movement goes
 through :func:`meshshard.distributed.all_to_all_single` with split sizes, the one uneven
-collective that gloo and NCCL both run, so CPU and GPU share this code. Every function also works
+collective that gloo and NCCL both run, so CPU and GPU share this code; large all-gathers use
+point-to-point ``isend`` / ``irecv`` instead, which saves the ``W``-fold send copy that an
+all-to-all needs. Every function also works
 without a process group (world size 1).
 
 Conventions:

@@ -237,6 +237,20 @@ def _check_collectives(rank, world_size):
     ref = (xb.float() * world_size).to(torch.bfloat16)[off : off + sizes[rank]]
     assert got.dtype == torch.bfloat16 and torch.equal(got, ref)
 
+    # All shards empty, and integer payloads.
+    empty = torch.zeros(0, 3, dtype=torch.float64, requires_grad=True)
+    zeros, zero_mat = [0] * world_size, [[0] * world_size] * world_size
+    outs = [
+        all_gather_v(empty, zeros), gather_v(empty, zeros), scatter_v(empty, zeros), all_to_all_v(empty, zero_mat),
+        indexed_all_to_all_v(empty, [torch.zeros(0, dtype=torch.long)] * world_size, zero_mat),
+        reduce_scatter_v(empty, zeros),
+    ]
+    assert all(o.shape == (0, 3) for o in outs)
+    sum(o.sum() for o in outs).backward()
+    assert empty.grad.shape == (0, 3)
+    ids = torch.arange(off, off + sizes[rank])
+    assert torch.equal(all_gather_v(ids, sizes), torch.arange(total))
+
     # Results stay usable after a failed call: every error below is raised on every rank.
     errors = _check_errors(rank, world_size)
     assert torch.equal(all_gather_v(full[off : off + sizes[rank]], sizes), full)
