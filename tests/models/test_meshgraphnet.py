@@ -55,14 +55,14 @@ def _reference(x, ei, e, y, dtype):
     return pred.detach(), loss.detach(), grads, {k: p.detach().clone() for k, p in model.named_parameters()}
 
 
-def _sharded_rank(rank, world_size, x, ei, e, y, pos):
+def _sharded_rank(rank, world_size, x, ei, e, y, pos, references):
     from meshshard import ShardedGraph
     from meshshard.models import global_mse_loss
 
     part = _partition(pos, world_size)
     results = {}
     for dtype in (torch.float64, torch.float32):
-        ref_pred, ref_loss, ref_grads, ref_params = _reference(x, ei, e, y, dtype)
+        ref_pred, ref_loss, ref_grads, ref_params = references[str(dtype)]
         for mode, hops in (("per_layer", 1), ("once", NUM_LAYERS), ("per_layer", NUM_LAYERS)):
             g = ShardedGraph.from_partition(ei, part, halo_hops=hops)
             owned = g.global_ids[: g.num_owned]
@@ -98,10 +98,17 @@ def cylinder(data_dir):
     return _mesh_data(data_dir)
 
 
+@pytest.fixture(scope="module")
+def references(cylinder):
+    """Whole-mesh forward, loss, gradients and parameters after one SGD step, per dtype."""
+    x, ei, e, y, _ = cylinder
+    return {str(dtype): _reference(x, ei, e, y, dtype) for dtype in (torch.float64, torch.float32)}
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_sharded_equals_single_process(cylinder, world_size):
-    results = run_distributed(_sharded_rank, world_size, args=cylinder, timeout=280)
+def test_sharded_equals_single_process(cylinder, references, world_size):
+    results = run_distributed(_sharded_rank, world_size, args=(*cylinder, references), timeout=280)
     for rank, res in enumerate(results):
         assert len(res) == 6
         for (dtype, mode, hops), r in res.items():
