@@ -225,12 +225,18 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="1e5 / 1e6 points and a small gmsh mesh (< 1 min)")
     ap.add_argument("--parts", type=int, default=8, help="parts for the speed and memory runs (default 8)")
     ap.add_argument("--quality-parts", type=int, default=7, help="parts for the quality table (default 7)")
+    ap.add_argument("--only", default="speed,quality,memory",
+                    help="comma-separated sections to run (default: speed,quality,memory)")
     args = ap.parse_args(argv)
+    only = set(args.only.split(","))
     sizes = [100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
     print(f"# bench_partition ({'quick' if args.quick else 'full'}; {os.cpu_count()} CPU cores visible)")
-    bench_speed(sizes, args.parts)
-    bench_quality(0.01 if args.quick else 0.0016, args.quality_parts)
-    bench_memory(300_000 if args.quick else 10_000_000)
+    if "speed" in only:
+        bench_speed(sizes, args.parts)
+    if "quality" in only:
+        bench_quality(0.01 if args.quick else 0.0016, args.quality_parts)
+    if "memory" in only:
+        bench_memory(300_000 if args.quick else 10_000_000)
     return 0
 
 
