@@ -1,0 +1,197 @@
+"""One MeshGraphNet training step on a gmsh mesh at world sizes 1, 2 and 4 (gloo, local processes).
+
+    python benchmarks/bench_meshgraphnet.py --quick                 # ~6k nodes, hidden 64, 4 layers
+    python benchmarks/bench_meshgraphnet.py --nodes 500000          # the target size (needs a big machine)
+    python benchmarks/bench_meshgraphnet.py --nodes 20000 --hidden 128 --layers 15
+
+Per world size P it reports, for the worst rank: the peak memory of the training step (peak RSS
+during the step minus RSS before it, i.e. activations + gradients + temporaries; Linux VmHWM reset
+through /proc/self/clear_refs) as a fraction of the single-process peak (target <= 1/P + 0.1), the
+time per step (forward + backward + gradient all-reduce + Adam), and the fraction of it spent in
+halo exchanges (forward and backward, timed around ``ShardedGraph.exchange``) and the gradient
+all-reduce. The baseline P = 1 is measured in the same run, in the same kind of process.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _hwm_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _reset_hwm() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets the peak resident set size (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
+
+
+class _Timer:
+    def __init__(self):
+        self.seconds = 0.0
+
+
+def _timed_exchange(exchange, timer: _Timer):
+    """Wrap g.exchange so that its forward AND backward time is accumulated in ``timer``."""
+
+    class Tic(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.t = None
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            timer.seconds += time.perf_counter() - Toc.t_back  # exchange backward ran since Toc.backward
+            return grad
+
+    class Toc(torch.autograd.Function):
+        t_back = 0.0
+
+        @staticmethod
+        def forward(ctx, x):
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad):
+            Toc.t_back = time.perf_counter()
+            return grad
+
+    def wrapped(x):
+        t0 = time.perf_counter()
+        out = Toc.apply(exchange(Tic.apply(x)))
+        timer.seconds += time.perf_counter() - t0
+        return out
+
+    return wrapped
+
+
+def _rank(rank, world, shard_dir, cfg):
+    import meshshard as ms
+    from meshshard.models import MeshGraphNet, global_mse_loss
+
+    torch.set_num_threads(max(1, cfg["cores"] // world))
+    g = ms.ShardedGraph.load(shard_dir)
+    n_own = g.num_owned
+    x = g.node_data["x"][:n_own].float()
+    y = g.node_data["y"][:n_own].float()
+    e = g.edge_data["edge_attr"].float()
+    torch.manual_seed(0)
+    model = MeshGraphNet(x.shape[1], e.shape[1], y.shape[1], hidden=cfg["hidden"], num_layers=cfg["layers"],
+                         checkpoint=cfg["checkpoint"])
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    comm = _Timer()
+    g.exchange = _timed_exchange(g.exchange, comm)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = global_mse_loss(model(x, e, graph=g), y)
+        loss.backward()
+        t0 = time.perf_counter()
+        model.all_reduce_gradients()
+        comm.seconds += time.perf_counter() - t0
+        opt.step()
+        return float(loss.detach())
+
+    for _ in range(cfg["warmup"]):
+        step()
+    gc.collect()
+    ms.distributed.barrier()
+    rss0 = _rss_kb()
+    hwm_ok = _reset_hwm()
+    comm.seconds = 0.0
+    t0 = time.perf_counter()
+    for _ in range(cfg["steps"]):
+        step()
+    seconds = (time.perf_counter() - t0) / cfg["steps"]
+    peak = (_hwm_kb() - rss0) * 1024 if hwm_ok else float("nan")
+    return dict(rank=rank, owned=n_own, ghost=g.num_ghost, edges=int(g.edge_index.shape[1]), seconds=seconds,
+                comm=comm.seconds / cfg["steps"], peak=peak)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small mesh and model, finishes in well under a minute")
+    p.add_argument("--nodes", type=int, default=None, help="target mesh nodes (default 500000; quick 6000)")
+    p.add_argument("--hidden", type=int, default=None, help="default 128 (quick 64)")
+    p.add_argument("--layers", type=int, default=None, help="default 15 (quick 4)")
+    p.add_argument("--worlds", default="1,2,4")
+    p.add_argument("--steps", type=int, default=1, help="timed steps (after one warm-up step in --quick)")
+    p.add_argument("--method", default="kdtree")
+    p.add_argument("--checkpoint", action="store_true", help="activation checkpointing per processor block")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="threads shared by the ranks")
+    args = p.parse_args(argv)
+    cfg = dict(nodes=6000, hidden=64, layers=4, warmup=1) if args.quick else dict(nodes=500000, hidden=128, layers=15, warmup=0)
+    for k in ("nodes", "hidden", "layers"):
+        if getattr(args, k) is not None:
+            cfg[k] = getattr(args, k)
+    cfg.update(steps=args.steps, checkpoint=args.checkpoint, cores=args.cores)
+    worlds = [int(w) for w in args.worlds.split(",")]
+
+    import meshshard as ms
+    from meshshard.datasets import DatasetStats, sample_moments
+    from meshshard.datasets.fields import mesh_arrays
+    from meshshard.datasets.synthetic import cylinder_channel_mesh
+    from meshshard.graph import save_parts
+    from meshshard.testing import run_distributed
+
+    t0 = time.perf_counter()
+    mesh = cylinder_channel_mesh(cfg["nodes"])
+    d = mesh_arrays(mesh, ["velocity", "pos"], ["pressure"], ["cylinder", "inlet", "outlet", "walls"], dtype=torch.float64)
+    st = DatasetStats.from_sample_moments([sample_moments(type("D", (), d))])
+    x = torch.cat([st.x.normalize(d["x"]), d["node_type"]], 1).float()
+    y, e = st.y.normalize(d["y"]).float(), st.edge_attr.normalize(d["edge_attr"]).float()
+    ei = d["edge_index"]
+    print(f"mesh: gmsh cylinder channel, {mesh.num_nodes} nodes, {ei.shape[1]} directed edges ({time.perf_counter() - t0:.1f} s); "
+          f"MeshGraphNet hidden={cfg['hidden']} layers={cfg['layers']} float32"
+          f"{' + activation checkpointing' if cfg['checkpoint'] else ''}; {cfg['cores']} cores shared by the ranks; "
+          f"{cfg['steps']} timed step(s)", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for world in worlds:
+            part = ms.partition(mesh.points, world, method=args.method, edge_index=ei)
+            shard = Path(tmp) / f"p{world}"
+            save_parts(shard, ei, part, node_data={"x": x, "y": y}, edge_data={"edge_attr": e}, progress=False)
+            t1 = time.perf_counter()
+            res = run_distributed(_rank, world, args=(str(shard), cfg), timeout=3600)
+            print(f"  P={world}: done in {time.perf_counter() - t1:.1f} s", flush=True)
+            rows.append((world, res))
+    base = rows[0][1][0]
+    print()
+    print("| P | max owned nodes | max ghosts | peak step memory (worst rank) | fraction of P=1 | target 1/P+0.1 | s/step | speedup | comm fraction |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for world, res in rows:
+        peak = max(r["peak"] for r in res)
+        sec = max(r["seconds"] for r in res)
+        comm = max(r["comm"] / r["seconds"] for r in res)
+        frac = peak / base["peak"]
+        print(f"| {world} | {max(r['owned'] for r in res)} | {max(r['ghost'] for r in res)} | {peak / 2**20:.0f} MiB | "
+              f"{frac:.3f} | {1 / world + 0.1:.3f} | {sec:.2f} | {base['seconds'] / sec:.2f} | {comm:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
