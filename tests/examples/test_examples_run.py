@@ -1,0 +1,39 @@
+"""examples/partition_cfd_mesh.py and examples/point_cloud_knn.py run as documented, on real data."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _run(args, timeout=240):
+    proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.timeout(240)
+def test_partition_cfd_mesh(tmp_path, data_dir):
+    png = tmp_path / "cmp.png"
+    out = _run([EXAMPLES / "partition_cfd_mesh.py", data_dir / "rae2822_turb.su2", "-k", "3", "--out", png])
+    assert "13937 nodes" in out
+    for method in ("kdtree", "morton", "hilbert", "graph"):
+        row = re.search(rf"^{method}\s+(\d+)\s+([0-9.]+)", out, flags=re.M)
+        assert row, out
+        assert int(row.group(1)) > 0 and 1.0 <= float(row.group(2)) < 1.2  # a cut exists; balanced parts
+    assert png.stat().st_size > 10_000
+
+
+@pytest.mark.timeout(300)
+def test_point_cloud_knn_matches_single_process(data_dir):
+    out = _run([EXAMPLES / "point_cloud_knn.py", "--points", data_dir / "drivaer_body_points.npz", "--ranks", "2",
+                "--check", "--max-points", "4000", "-k", "6", "--hidden", "8", "--layers", "2"], timeout=280)
+    assert "4000 points, k=6, 2 ranks" in out
+    m = re.search(r"largest output difference ([0-9.e+-]+), loss difference ([0-9.e+-]+), relative gradient difference ([0-9.e+-]+)", out)
+    assert m, out
+    assert all(float(v) < 1e-10 for v in m.groups()), out
+    ghosts = [int(g) for g in re.findall(r"owned \+ (\d+) ghost", out)]
+    assert len(ghosts) == 2 and min(ghosts) > 0
