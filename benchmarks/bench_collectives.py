@@ -134,7 +134,7 @@ def _cases(rank, world, rows, dev):
     return cases
 
 
-def _bench_rank(rank, world, labels, repeats, validation_modes):
+def _bench_rank(rank, world, labels, repeats, validation_modes, target_s):
     dev = msd.comm_device()
     table = []
     for label in labels:
@@ -171,7 +171,7 @@ def _bench_rank(rank, world, labels, repeats, validation_modes):
                 prev = ag.set_validation(val)
                 try:
                     for key, fn, base in (("fwd", fwd_only, raw), ("fwdbwd", fwd_bwd, raw2)):
-                        ratio, raw_s = _paired_ratio(fn, base, reps, dev)
+                        ratio, raw_s = _paired_ratio(fn, base, reps, dev, target_s)
                         row[(key, val)] = ratio
                         if key == "fwd" and val:
                             row["raw_ms"] = raw_s * 1e3
@@ -204,7 +204,7 @@ def main(argv=None):
     rows = []
     for world in args.worlds:
         t0 = time.perf_counter()
-        rows += run_distributed(_bench_rank, world, args=(labels, repeats, modes), timeout=3000)[0]
+        rows += run_distributed(_bench_rank, world, args=(labels, repeats, modes, 0.005 if args.quick else 0.02), timeout=3000)[0]
         print(f"# world size {world}: {time.perf_counter() - t0:.1f} s", flush=True)
     print()
     print("Ratios = collective time / raw all_to_all_single time with the same splits (fwd+bwd: / 2 raw calls).")

@@ -9,7 +9,7 @@ edge counted once) and agrees to float64 rounding.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List
 
 import torch
 

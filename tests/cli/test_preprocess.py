@@ -1,11 +1,9 @@
 """`meshshard preprocess` on real meshes: parallel workers, statistics, an interrupted run that
 resumes, and a corrupted part file that is detected and rewritten."""
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
