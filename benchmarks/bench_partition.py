@@ -12,9 +12,15 @@ Every figure is a ratio against a baseline measured in the same run:
    before the call (Linux VmHWM after resetting it through /proc/self/clear_refs; everything,
    torch included) and, in a second call, as the tracemalloc peak (numpy allocations).
 
+A last table checks issue 2's targets against the figures above: morton and hilbert <= 2x and
+kdtree <= 3x the argsort time at the largest N (stated for 1e7); imbalance (max part weight /
+mean, itself a ratio) <= 1.01 for the geometric methods; refined edge cut <= 1.3x METIS's for
+kdtree and hilbert on every mesh; hilbert's total cut below morton's.
+
 Usage::
 
     python benchmarks/bench_partition.py            # full: 1e5, 1e6, 1e7 points, ~1M-triangle mesh
+    python benchmarks/bench_partition.py --only quality   # one section (speed, quality, memory)
     python benchmarks/bench_partition.py --quick    # 1e5 / 1e6 points, small gmsh mesh, 3e5-point memory run
 """
 from __future__ import annotations
@@ -79,6 +85,12 @@ def bench_speed(sizes, num_parts: int):
             print(f"| {n:.0e} | {kind} | {base:.3f} | {ratios['morton']:.2f} | {ratios['hilbert']:.2f} | {ratios['kdtree']:.2f} |")
             del pts
     return rows
+
+
+#: issue 2's targets, checked at the largest N of the run (they are stated for N = 1e7)
+SPEED_TARGETS = {"morton": 2.0, "hilbert": 2.0, "kdtree": 3.0}
+IMBALANCE_TARGET = 1.01
+REFINED_CUT_TARGET = {"kdtree": 1.3, "hilbert": 1.3}
 
 
 def gmsh_channel(h: float):
@@ -153,6 +165,8 @@ def bench_quality(gmsh_h: float, num_parts: int):
     print("|---|---|---|---|---|---|---|---|---|---|")
     totals = {m: [0, 0] for m in GEOMETRIC}
     totals["graph"] = [0, 0]
+    worst_imb = {m: 0.0 for m in GEOMETRIC}  # absolute max part weight / mean, plain and refined
+    worst_cut = {m: 0.0 for m in GEOMETRIC}  # refined cut / METIS cut, worst mesh
     for name, pts, ei in cases:
         rep = 3 if pts.shape[0] < 100_000 else 1
         g, tm = _timed(lambda: partition(pts, num_parts, "graph", edge_index=ei), rep)
@@ -166,6 +180,8 @@ def bench_quality(gmsh_h: float, num_parts: int):
             q0, q1 = partition_quality(p0, ei), partition_quality(p1, ei)
             totals[m][0] += q0["edge_cut"]
             totals[m][1] += q1["edge_cut"]
+            worst_imb[m] = max(worst_imb[m], q0["imbalance"], q1["imbalance"])
+            worst_cut[m] = max(worst_cut[m], q1["edge_cut"] / qg["edge_cut"])
             tref = max(t1 - t0, 0.0)
             head = f"| {name} | {pts.shape[0]} | {qg['edge_cut']}, {qg['imbalance']:.4f}, {tm:.3f} " if first else "| | | "
             first = False
@@ -175,7 +191,7 @@ def bench_quality(gmsh_h: float, num_parts: int):
     print("\nTotal edge cut over all meshes / METIS's total: "
           + ", ".join(f"{m} plain {totals[m][0] / totals['graph'][0]:.3f} refined {totals[m][1] / totals['graph'][0]:.3f}"
                       for m in GEOMETRIC))
-    return totals
+    return totals, worst_imb, worst_cut
 
 
 _MEM_CHILD = r"""
@@ -231,12 +247,35 @@ def main(argv=None) -> int:
     only = set(args.only.split(","))
     sizes = [100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
     print(f"# bench_partition ({'quick' if args.quick else 'full'}; {os.cpu_count()} CPU cores visible)")
+    checks = []
     if "speed" in only:
-        bench_speed(sizes, args.parts)
+        rows = bench_speed(sizes, args.parts)
+        n_max = max(r[0] for r in rows)
+        for n, kind, _, ratios in rows:
+            if n == n_max:
+                for m, target in SPEED_TARGETS.items():
+                    checks.append((f"{m} time / argsort at N={n:.0e} {kind}", ratios[m], "<=", target))
     if "quality" in only:
-        bench_quality(0.01 if args.quick else 0.0016, args.quality_parts)
+        # h = 0.0018: ~1.05M triangles (the count scales as 1 / h**2; h = 0.0032 gives 0.33M)
+        totals, worst_imb, worst_cut = bench_quality(0.01 if args.quick else 0.0018, args.quality_parts)
+        for m in GEOMETRIC:
+            checks.append((f"{m} imbalance (max part / mean), worst mesh, plain or refined", worst_imb[m], "<=",
+                           IMBALANCE_TARGET))
+        for m, target in REFINED_CUT_TARGET.items():
+            checks.append((f"{m} refined edge cut / METIS's, worst mesh", worst_cut[m], "<=", target))
+        for i, kind in ((0, "plain"), (1, "refined")):
+            checks.append((f"hilbert total cut / morton total cut ({kind})",
+                           totals["hilbert"][i] / totals["morton"][i], "<", 1.0))
     if "memory" in only:
         bench_memory(300_000 if args.quick else 10_000_000)
+    if checks:
+        note = " (quick run: the speed targets are stated for N = 1e7)" if args.quick else ""
+        print(f"\n## targets of issue 2{note}\n")
+        print("| figure | measured | target | met |")
+        print("|---|---|---|---|")
+        for what, value, op, target in checks:
+            ok = value <= target if op == "<=" else value < target
+            print(f"| {what} | {value:.3f} | {op} {target} | {'yes' if ok else 'NO'} |")
     return 0
 
 

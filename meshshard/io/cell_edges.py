@@ -28,6 +28,25 @@ _TET = ((0, 1), (1, 2), (2, 0), (0, 3), (1, 3), (2, 3))
 _HEX = ((0, 1), (1, 2), (2, 3), (3, 0), (4, 5), (5, 6), (6, 7), (7, 4), (0, 4), (1, 5), (2, 6), (3, 7))
 _WEDGE = ((0, 1), (1, 2), (2, 0), (3, 4), (4, 5), (5, 3), (0, 3), (1, 4), (2, 5))
 _PYRAMID = ((0, 1), (1, 2), (2, 3), (3, 0), (0, 4), (1, 4), (2, 4), (3, 4))
+#: corners of the hexahedron's faces in the VTK order of a 27-node hex's face-centre nodes 20..25
+#: (-x, +x, -y, +y, -z, +z); node 26 is the body centre
+_HEX_FACES = ((0, 3, 7, 4), (1, 2, 6, 5), (0, 1, 5, 4), (3, 2, 6, 7), (0, 1, 2, 3), (4, 5, 6, 7))
+
+
+def _hex27():
+    """Edges of the 27-node hex: the 3x3x3 lattice of its nodes (54 edges, 8 sub-hexes).
+
+    Corner edges split at mid-edge nodes 8..19, each face centre joined to the 4 mid-edge nodes
+    of its face, the body centre joined to the 6 face centres.
+    """
+    mid = {frozenset(e): 8 + i for i, e in enumerate(_HEX)}
+    out = list(_split(_HEX, tuple(range(8, 20))))
+    for f, face in enumerate(_HEX_FACES):
+        centre = 20 + f
+        out += [(mid[frozenset((a, b))], centre) for a, b in zip(face, face[1:] + face[:1])]
+        out.append((centre, 26))
+    return tuple(out)
+
 
 #: Local node pairs of every element edge, per meshio cell type (VTK node order). Quadratic
 #: elements are split at their mid-side nodes, so the graph follows the element's edges.
@@ -44,6 +63,7 @@ CELL_EDGES: Dict[str, Tuple[Tuple[int, int], ...]] = {
     "tetra10": _split(_TET, (4, 5, 6, 7, 8, 9)),
     "hexahedron": _HEX,
     "hexahedron20": _split(_HEX, tuple(range(8, 20))),
+    "hexahedron27": _hex27(),
     "wedge": _WEDGE,
     "wedge15": _split(_WEDGE, tuple(range(6, 15))),
     "pyramid": _PYRAMID,

@@ -9,6 +9,21 @@ import torch
 __all__ = ["knn_graph"]
 
 
+# |x| beyond 2**500 (or all below 2**-500) would overflow (underflow) squared distances in float64
+_SAFE_EXP = 500
+
+
+def _safe_scale(pts: np.ndarray) -> np.ndarray:
+    """Scale by a power of two into a range where squared distances neither overflow nor
+    underflow. Scaling by 2**k is exact, so neighbours and ties are those of the input."""
+    if pts.size == 0:
+        return pts
+    big = float(np.abs(pts).max())
+    if big == 0.0 or 2.0**-_SAFE_EXP <= big <= 2.0**_SAFE_EXP:
+        return pts
+    return np.ldexp(pts, -int(np.frexp(big)[1]))
+
+
 def knn_graph(points, k: int, loop: bool = False, workers: int = -1) -> torch.Tensor:
     r"""k-nearest-neighbour graph in PyG's ``source_to_target`` flow.
 
@@ -46,6 +61,7 @@ def knn_graph(points, k: int, loop: bool = False, workers: int = -1) -> torch.Te
     if k < 1 or k > kmax:
         raise ValueError(f"k must be in [1, {kmax}] for {n} points with loop={loop}, got {k}")
 
+    pts = _safe_scale(pts)
     tree = cKDTree(pts)
     need = k if loop else k + 1  # the query point itself is always among its nearest (distance 0)
     out = np.empty((n, k), dtype=np.int64)
@@ -55,6 +71,8 @@ def knn_graph(points, k: int, loop: bool = False, workers: int = -1) -> torch.Te
         dist, idx = tree.query(pts[todo], k=m, workers=workers)
         dist = dist.reshape(len(todo), m)
         idx = idx.reshape(len(todo), m).astype(np.int64)
+        if (idx >= n).any():  # cKDTree's "no neighbour" marker: distances overflowed
+            raise ValueError("knn_graph: squared distances overflow float64; rescale the points")
         # The window is complete when no point beyond it can tie the needed distance: either it
         # holds all points, or its last distance is strictly larger.
         done = (m == n) | (dist[:, m - 1] > dist[:, need - 1])

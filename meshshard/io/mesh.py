@@ -123,14 +123,20 @@ class Mesh:
 
     @classmethod
     def from_points(cls, points: ArrayLike, point_data: Optional[Mapping[str, ArrayLike]] = None) -> "Mesh":
-        """A point cloud (no cells). ``points`` must be finite, shape [N, 2] or [N, 3].
+        """A point cloud (no cells); build its graph with :func:`meshshard.io.knn_graph`.
 
-        Build its graph with :func:`meshshard.io.knn_graph`.
+        Args:
+            points: finite float array or tensor [N, 2] or [N, 3].
+            point_data: optional dict name -> array with N rows.
+
+        Returns:
+            :class:`Mesh` with empty ``cells``.
         """
         return cls(points, point_data=point_data)
 
     @property
     def num_nodes(self) -> int:
+        """Number of nodes N (rows of ``points``)."""
         return int(self.points.shape[0])
 
     @property
@@ -145,6 +151,7 @@ class Mesh:
 
     @property
     def is_point_cloud(self) -> bool:
+        """True when the mesh has no volume cells (build its graph with ``knn_graph``)."""
         return self.num_cells == 0
 
     @property

@@ -62,7 +62,7 @@ def read_mesh(path: PathLike, file_format: Optional[str] = None) -> Mesh:
 
 def _read_error(path: Path, fmt: str, why: str) -> ValueError:
     return ValueError(
-        f"cannot read mesh file {path} as format {fmt!r}: {why}. "
+        f"cannot read mesh file {path} as format {fmt!r}: {why.rstrip('. ')}. "
         f"Supported suffixes: {' '.join(supported_suffixes())}"
     )
 
@@ -153,8 +153,11 @@ def _forward_meshio_notes(text: str, path: Path) -> None:
 def _cell_sets(m, path: Path, block_pos) -> Dict[str, Dict[str, np.ndarray]]:
     """Named cell sets as {name: {cell type: row indices into that type's concatenated cells}}."""
     raw: Dict[str, List[Optional[np.ndarray]]] = {}
-    if m.cell_sets:
-        raw = {name: list(blocks) for name, blocks in m.cell_sets.items()}
+    # meshio's own bookkeeping rides in cell_sets too (gmsh 4 files: "gmsh:bounding_entities",
+    # entity tags rather than cell indices): only user-named sets are sets
+    named = {k: v for k, v in (m.cell_sets or {}).items() if not str(k).startswith("gmsh:")}
+    if named:
+        raw = {name: list(blocks) for name, blocks in named.items()}
     elif "su2:tag" in m.cell_data:
         names = _su2_marker_names(path)
         for name, tag in names.items():
@@ -162,13 +165,23 @@ def _cell_sets(m, path: Path, block_pos) -> Dict[str, Dict[str, np.ndarray]]:
     elif "gmsh:physical" in m.cell_data and m.field_data:
         for name, (tag, *_rest) in ((k, np.atleast_1d(v)) for k, v in m.field_data.items()):
             raw[name] = [np.flatnonzero(np.asarray(tags) == tag) for tags in m.cell_data["gmsh:physical"]]
+    block_len = [len(b.data) for b in m.cells]
     out: Dict[str, Dict[str, np.ndarray]] = {}
     for name, blocks in raw.items():
         per_type: Dict[str, List[np.ndarray]] = {}
-        for (ctype, offset), idx in zip(block_pos, blocks):
+        if len(blocks) != len(block_pos):
+            warnings.warn(f"{path.name}: cell set {name!r} does not match the cell blocks; skipped", stacklevel=4)
+            continue
+        for (ctype, offset), idx, size in zip(block_pos, blocks, block_len):
             if idx is None or len(idx) == 0:
                 continue
-            per_type.setdefault(ctype, []).append(np.asarray(idx, dtype=np.int64) + offset)
+            idx = np.asarray(idx).reshape(-1)
+            if not np.issubdtype(idx.dtype, np.integer) or idx.min() < 0 or idx.max() >= size:
+                warnings.warn(f"{path.name}: cell set {name!r} holds indices outside its {ctype} block; "
+                              "skipped", stacklevel=4)
+                per_type = {}
+                break
+            per_type.setdefault(ctype, []).append(idx.astype(np.int64) + offset)
         if per_type:
             out[str(name)] = {t: np.concatenate(v) for t, v in per_type.items()}
     return out

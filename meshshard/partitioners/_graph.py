@@ -16,6 +16,11 @@ def undirected_pairs(
     An edge given in both directions (or repeated) is counted once; its weight is the largest
     weight given for it, so one-direction and both-direction inputs mean the same graph.
 
+    Args:
+        edge_index: int64 ``[2, E]`` with ids in ``[0, N)``.
+        num_nodes: ``N``.
+        edge_weights: optional float64 ``[E]``.
+
     Returns:
         ``(lo, hi, w)``: int64 ``[M]`` twice and float64 ``[M]`` (None without edge_weights),
         sorted by ``(lo, hi)``.
@@ -40,9 +45,15 @@ def undirected_pairs(
 
 
 def symmetric_csr(lo: np.ndarray, hi: np.ndarray, w: Optional[np.ndarray], num_nodes: int):
-    """CSR of the symmetric adjacency: ``(indptr [N+1], indices [2M], data [2M] or None)``.
+    """CSR of the symmetric adjacency of undirected edges.
 
-    Neighbours of each node are sorted by id.
+    Args:
+        lo, hi: int64 ``[M]`` end points of each undirected edge (as from :func:`undirected_pairs`).
+        w: optional float64 ``[M]`` edge weights.
+        num_nodes: ``N``.
+
+    Returns:
+        ``(indptr [N + 1], indices [2M], data [2M] or None)``; neighbours of each node sorted by id.
     """
     src = np.concatenate([lo, hi])
     dst = np.concatenate([hi, lo])

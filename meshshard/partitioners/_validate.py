@@ -11,7 +11,12 @@ __all__ = ["as_points", "check_num_parts", "as_node_weights", "as_edge_index", "
 
 
 def to_numpy(x, what: str) -> np.ndarray:
-    """numpy view of an array-like or tensor (detached, on CPU)."""
+    """numpy view of an array-like or tensor (detached, on CPU; half floats become float32).
+
+    Args:
+        x: array-like or tensor.
+        what: its name, for the error message.
+    """
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu()
         if x.dtype == torch.bfloat16 or x.dtype == torch.float16:
@@ -28,7 +33,17 @@ def _is_real(arr: np.ndarray) -> bool:
 
 
 def as_points(points) -> np.ndarray:
-    """Validated coordinates ``[N, 2]`` or ``[N, 3]`` (float32 kept, others become float64)."""
+    """Validated coordinates.
+
+    Args:
+        points: array or tensor ``[N, 2]`` or ``[N, 3]`` of finite real numbers.
+
+    Returns:
+        numpy ``[N, d]`` (float32 kept, other dtypes become float64).
+
+    Raises:
+        TypeError: None, or not real numbers. ValueError: wrong shape, NaN or inf.
+    """
     if points is None:
         raise TypeError("points must be an array or tensor of shape [N, 2] or [N, 3], got None")
     pts = to_numpy(points, "points")
@@ -45,7 +60,12 @@ def as_points(points) -> np.ndarray:
 
 
 def check_num_parts(num_parts, num_nodes: int) -> int:
-    """``1 <= num_parts <= N`` as an int."""
+    """``1 <= num_parts <= N`` as an int.
+
+    Args:
+        num_parts: requested number of parts (an int).
+        num_nodes: ``N``.
+    """
     if isinstance(num_parts, bool) or not isinstance(num_parts, (numbers.Integral, np.integer)):
         raise TypeError(f"num_parts must be an int, got {type(num_parts).__name__}")
     num_parts = int(num_parts)
@@ -57,7 +77,12 @@ def check_num_parts(num_parts, num_nodes: int) -> int:
 
 
 def as_node_weights(weights, num_nodes: int) -> Optional[np.ndarray]:
-    """float64 ``[N]`` non-negative finite weights with a positive sum, or None."""
+    """float64 ``[N]`` non-negative finite weights with a positive sum, or None.
+
+    Args:
+        weights: None, or array / tensor ``[N]``.
+        num_nodes: ``N``.
+    """
     if weights is None:
         return None
     w = to_numpy(weights, "weights")
@@ -76,7 +101,12 @@ def as_node_weights(weights, num_nodes: int) -> Optional[np.ndarray]:
 
 
 def as_edge_index(edge_index, num_nodes: int) -> np.ndarray:
-    """int64 ``[2, E]`` with every id in ``[0, N)``."""
+    """int64 ``[2, E]`` with every id in ``[0, N)``.
+
+    Args:
+        edge_index: integer array / tensor ``[2, E]`` (``E`` may be 0).
+        num_nodes: ``N``.
+    """
     ei = to_numpy(edge_index, "edge_index")
     if ei.dtype == np.bool_ or not np.issubdtype(ei.dtype, np.integer):
         raise TypeError(f"edge_index must hold integer node ids, got dtype {ei.dtype}")
@@ -93,7 +123,12 @@ def as_edge_index(edge_index, num_nodes: int) -> np.ndarray:
 
 
 def as_edge_weights(edge_weights, num_edges: int) -> Optional[np.ndarray]:
-    """float64 ``[E]`` non-negative finite edge weights, or None."""
+    """float64 ``[E]`` non-negative finite edge weights, or None.
+
+    Args:
+        edge_weights: None, or array / tensor ``[E]``.
+        num_edges: ``E``, the number of ``edge_index`` columns.
+    """
     if edge_weights is None:
         return None
     w = to_numpy(edge_weights, "edge_weights")

@@ -7,29 +7,75 @@ import numpy as np
 
 __all__ = ["metis_assignment", "fill_empty_parts"]
 
-# METIS wants integer weights; real weights are scaled so the largest maps to this
-_WEIGHT_SCALE = 1000
+# METIS wants positive integer weights; real weights (and integer weights with zeros) are scaled so
+# the largest maps to this, which keeps ratios to ~1e-5 while sums stay far from idx_t overflow
+_WEIGHT_SCALE = 1 << 16
 
 
-def _int_weights(w: np.ndarray, what: str, positive: bool, limit: int) -> np.ndarray:
-    """Integer weights for METIS: integral inputs kept when small enough, others scaled to [.., _WEIGHT_SCALE]."""
+def _weight_limit() -> int:
+    """Largest total weight handed to METIS: well inside its integer type (32 or 64 bits)."""
+    try:
+        from pymetis._internal import _idx_type_width
+
+        width = int(_idx_type_width())
+    except Exception:  # older pymetis: assume the narrow type
+        width = 32
+    return 2**30 if width <= 32 else 2**52
+
+
+def _int_weights(w: np.ndarray, what: str, limit: int) -> np.ndarray:
+    """Positive integer weights for METIS with the ratios of ``w`` (float64, non-negative).
+
+    Integer weights >= 1 whose sum fits are passed as they are. Otherwise the weights are scaled
+    so that the largest maps to ``_WEIGHT_SCALE`` (less when the sum would pass ``limit``) and
+    rounded; entries that round to 0 (zero or tiny weights) become 1, since METIS's recursive
+    bisection misbehaves on zero-weight vertices (it prints "Cannot bisect a graph with 0
+    vertices" and returns empty parts).
+    """
     w = np.asarray(w, dtype=np.float64)
     if w.size == 0:
         return w.astype(np.int64)
-    if np.all(w == np.round(w)) and w.sum() <= limit:
-        out = w.astype(np.int64)
-    else:
-        top = float(w.max())
-        out = np.round(w * (_WEIGHT_SCALE / top)).astype(np.int64) if top > 0 else np.zeros(w.size, np.int64)
-        if out.sum() > limit:
-            raise ValueError(f"{what} sum too large for METIS integer weights")
-    if positive:
-        np.maximum(out, 1, out=out)  # tiny positive real weights must not vanish
+    if w.min() >= 1 and np.all(w == np.round(w)) and w.sum() <= limit:
+        return w.astype(np.int64)
+    top = float(w.max())
+    if not top > 0:
+        return np.ones(w.size, dtype=np.int64)
+    scale = min(_WEIGHT_SCALE / top, (limit - w.size) / float(w.sum()))
+    if not scale > 0 or w.size >= limit:
+        raise ValueError(f"{what}: too many entries ({w.size}) for METIS integer weights")
+    out = np.round(w * scale).astype(np.int64)
+    np.maximum(out, 1, out=out)
     return out
 
 
+def _clip_heavy(w: np.ndarray, num_parts: int) -> np.ndarray:
+    """Clip node weights to the weight of a fair part, so METIS's balance problem is feasible.
+
+    A node heavier than ``total / num_parts`` ends up in a part of its own whatever METIS does;
+    left as it is, METIS's recursive bisection then asks for more parts than a side has vertices
+    (it prints "You are trying to partition a graph into too many parts" and leaves parts empty).
+    The ``h`` heaviest nodes that exceed ``t = (weight of the others) / (num_parts - h)`` are
+    given weight ``t``: one part each, the others share the remaining parts evenly.
+    """
+    order = np.sort(w)[::-1]
+    head = np.concatenate([[0.0], np.cumsum(order[: num_parts - 1])])
+    total = float(w.sum())
+    h = 0
+    while h < num_parts - 1 and order[h] > (total - head[h]) / (num_parts - h):
+        h += 1
+    if h == 0:
+        return w
+    return np.minimum(w, (total - head[h]) / (num_parts - h))
+
+
 def fill_empty_parts(assign: np.ndarray, num_parts: int, indptr: Optional[np.ndarray] = None) -> np.ndarray:
-    """Give every empty part one node taken from the currently largest part (deterministic)."""
+    """Give every empty part one node taken from the currently largest part (deterministic).
+
+    Args:
+        assign: int64 ``[N]`` part ids (modified in place and returned).
+        num_parts: ``P <= N``.
+        indptr: unused (kept for callers that pass the CSR graph).
+    """
     counts = np.bincount(assign, minlength=num_parts)
     for part in np.flatnonzero(counts == 0):
         donor = int(np.argmax(counts))
@@ -78,11 +124,9 @@ def metis_assignment(
             indices, edge_weights = indices[keep], edge_weights[keep]
             indptr = np.zeros(n + 1, dtype=np.int64)
             np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-    limit = 2**30
-    vw = None if node_weights is None else _int_weights(node_weights, "weights", False, limit)
-    if vw is not None and vw.sum() == 0:
-        vw = np.ones(n, dtype=np.int64)
-    ewi = None if edge_weights is None else _int_weights(edge_weights, "edge_weights", True, limit)
+    limit = _weight_limit()
+    vw = None if node_weights is None else _int_weights(_clip_heavy(node_weights, num_parts), "weights", limit)
+    ewi = None if edge_weights is None else _int_weights(edge_weights, "edge_weights", limit)
     ufactor = max(1, int(round((float(imbalance) - 1.0) * 1000)))
     opts = pymetis.Options(seed=int(seed), ufactor=ufactor)
     adj = pymetis.CSRAdjacency(indptr.astype(np.int64), indices.astype(np.int64))

@@ -91,7 +91,14 @@ class Partition:
         return int(self.assignment.numel())
 
     def part_nodes(self, part: int) -> torch.Tensor:
-        """Global ids owned by ``part``, increasing: ``LongTensor [sizes[part]]``."""
+        """Global ids owned by one shard.
+
+        Args:
+            part: shard id in ``[0, num_parts)``.
+
+        Returns:
+            ``LongTensor [sizes[part]]``, increasing.
+        """
         if not 0 <= part < self.num_parts:
             raise ValueError(f"part must be in [0, {self.num_parts}), got {part}")
         return self.perm[self.offsets[part] : self.offsets[part + 1]]
@@ -108,6 +115,8 @@ class Partition:
         return torch.zeros(self.num_parts, dtype=torch.float64).index_add_(0, self.assignment, w)
 
     def state_dict(self) -> dict:
+        """Plain dict of tensors and numbers (what :meth:`save` writes): format_version,
+        assignment [N], num_parts, method, node_weights [N] or None, perm [N], offsets [P + 1]."""
         return {
             "format_version": _FORMAT_VERSION,
             "assignment": self.assignment,
@@ -119,12 +128,27 @@ class Partition:
         }
 
     def save(self, path: Union[str, os.PathLike]) -> None:
-        """Write to ``path`` (``torch.save`` format) atomically: no partial file on interruption."""
+        """Write to a file atomically (no partial file on interruption).
+
+        Args:
+            path: destination file (``torch.save`` format; parent folders are created).
+        """
         atomic_torch_save(self.state_dict(), path)
 
     @classmethod
     def load(cls, path: Union[str, os.PathLike]) -> "Partition":
-        """Read a partition written by :meth:`save`."""
+        """Read a partition written by :meth:`save`.
+
+        Args:
+            path: file written by :meth:`save`.
+
+        Returns:
+            :class:`Partition` (``perm`` and ``offsets`` recomputed from the assignment).
+
+        Raises:
+            FileNotFoundError: no such file.
+            ValueError: the file is not a meshshard partition.
+        """
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except FileNotFoundError:

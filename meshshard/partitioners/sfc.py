@@ -1,8 +1,16 @@
 """Space-filling-curve keys (Morton / Z-order and Hilbert), vectorised over uint64 arrays.
 
-Coordinates are scaled into one cube (same scale on every axis, so curve cells are cubes) and
-quantised to ``bits`` per axis: 21 in 3D (63-bit keys), 32 in 2D (64-bit keys), i.e. 2^63 cells,
-so 10M points share a key only where they are closer than ~1e-6 of the domain size.
+Coordinates are quantised with the same scale on every axis (curve cells are cubes) to ``bits``
+per axis: 21 in 3D (63-bit keys), 32 in 2D (64-bit keys), i.e. 2^63 cells, so 10M points share a
+key only where they are closer than ~1e-6 of the domain size.
+
+Elongated domains (a channel, a pipe, a wing: longest extent at least twice every other one) are
+covered by a row of ``C`` cubes along the longest axis instead of one big cube, most of which
+would be empty: the key is the cube's index followed by the curve key inside the cube. A Hilbert
+curve enters each cube at its low corner and leaves it at the corner next to the following cube,
+so the curve stays continuous and its parts are compact slabs rather than long strips; the
+resolution along the longest axis is unchanged (``log2 C`` bits move from the inner grid to the
+cube index). Compact domains (``C = 1``) get the plain one-cube keys.
 
 Hilbert keys are computed from Morton keys by a table-driven state machine (Hamilton's
 "Compact Hilbert Indices" entry/direction states), several levels per table look-up.
@@ -14,38 +22,143 @@ from typing import Tuple
 
 import numpy as np
 
-__all__ = ["default_bits", "quantize", "morton_keys", "hilbert_keys", "morton_from_grid", "hilbert_from_grid"]
+__all__ = ["default_bits", "quantize", "curve_grid", "morton_keys", "hilbert_keys", "morton_from_grid",
+           "hilbert_from_grid"]
 
 _U = np.uint64
 
 
 def default_bits(dim: int) -> int:
-    """Bits per axis: 21 for 3D, 32 for 2D (all 64 key bits but one in 3D)."""
+    """Bits per axis: 21 for 3D, 32 for 2D (all 64 key bits but one in 3D).
+
+    Args:
+        dim: 2 or 3.
+    """
     if dim not in (2, 3):
         raise ValueError(f"space-filling curves need 2 or 3 dimensions, got {dim}")
     return 32 if dim == 2 else 21
 
 
-def quantize(points: np.ndarray, bits: int) -> list:
-    """Integer grid coordinates ``[0, 2**bits)`` per axis (list of uint64 ``[N]``), isotropic scale."""
-    dim = points.shape[1]
-    if points.shape[0] == 0:
-        return [np.zeros(0, dtype=_U) for _ in range(dim)]
+def _column_bounds(points: np.ndarray):
     # per column: numpy reduces a strided column ~10x faster than points.min(axis=0)
+    dim = points.shape[1]
     lo = np.array([points[:, j].min() for j in range(dim)], dtype=np.float64)
     hi = np.array([points[:, j].max() for j in range(dim)], dtype=np.float64)
-    extent = float((hi - lo).max())
-    top = float(2**bits - 1)
+    return lo, hi
+
+
+def _grid(points: np.ndarray, top: float, lo: np.ndarray, hi: np.ndarray) -> list:
+    """Isotropic integer grid: the longest extent maps onto ``[0, top]`` (list of uint64 ``[N]``)."""
+    dim = points.shape[1]
+    # Extreme coordinates: when hi - lo overflows, the coordinates are quartered (exact) before
+    # the subtraction; when the extent is so small that top / extent overflows, the differences
+    # are scaled up by a power of two (exact) first. The grid does not change with either.
+    pre, post = 1.0, ()
+    with np.errstate(over="ignore"):
+        extent = float((hi - lo).max())
+    if not np.isfinite(extent):
+        pre = 0.25
+        lo = lo * pre
+        extent = float((hi * pre - lo).max())
     scale = top / extent if extent > 0 else 0.0
+    if not np.isfinite(scale):
+        e = -int(np.frexp(extent)[1])  # extent * 2**e in [0.5, 1); 2**e alone may overflow
+        post = (float(np.ldexp(1.0, e // 2)), float(np.ldexp(1.0, e - e // 2)))
+        scale = top / (extent * post[0] * post[1])
     out = []
     for j in range(dim):
         # one float64 column at a time keeps memory low; x >= lo and (x - lo) * scale <= top up to
         # rounding below 1 cell, so the cast needs no clip
-        col = np.subtract(points[:, j], lo[j], dtype=np.float64)
+        if pre == 1.0:
+            col = np.subtract(points[:, j], lo[j], dtype=np.float64)
+        else:
+            col = np.multiply(points[:, j], pre, dtype=np.float64)
+            col -= lo[j]
+        for f in post:
+            col *= f
         col *= scale
         out.append(col.astype(np.int64).view(_U))  # values < 2**63: the int64 cast is exact
         del col
     return out
+
+
+def quantize(points: np.ndarray, bits: int) -> list:
+    """Integer grid coordinates of points in one cube, the same scale on every axis.
+
+    Args:
+        points: ``[N, d]`` finite floats.
+        bits: grid bits per axis.
+
+    Returns:
+        list of ``d`` uint64 arrays ``[N]`` with values in ``[0, 2**bits)``; the longest extent
+        spans the whole range.
+    """
+    dim = points.shape[1]
+    if points.shape[0] == 0:
+        return [np.zeros(0, dtype=_U) for _ in range(dim)]
+    lo, hi = _column_bounds(points)
+    return _grid(points, float(2**bits - 1), lo, hi)
+
+
+def _num_cubes(lo: np.ndarray, hi: np.ndarray, bits: int) -> Tuple[int, int]:
+    """``(C, long axis)``: cubes in a row along the longest axis that cover the bounding box."""
+    with np.errstate(over="ignore"):
+        ext = hi - lo
+    if not np.isfinite(ext).all():
+        ext = hi * 0.25 - lo * 0.25  # same ratios, no overflow
+    long = int(np.argmax(ext))
+    if ext.shape[0] < 2 or not ext[long] > 0:
+        return 1, long
+    side = float(np.delete(ext, long).max())
+    cap = 2 ** (bits // 2)  # a line or a needle: at most 2**(bits/2) cubes, the rest stays inside
+    ratio = float(ext[long]) / side if side > 0 else float(cap)
+    return int(min(max(ratio, 1.0), cap)), long
+
+
+def curve_grid(points: np.ndarray, bits: int):
+    """Grid coordinates for a curve key, tiling an elongated bounding box by a row of cubes.
+
+    With ``C = floor(longest extent / next longest)`` (at least 1, at most ``2**(bits // 2)``)
+    cubes of side ``longest / C`` along the longest axis: the cube index takes
+    ``t = ceil(log2 C)`` bits and the grid inside a cube ``bits - t`` bits per axis, so the cell
+    size along the longest axis is that of the one-cube grid.
+
+    Args:
+        points: ``[N, d]`` finite floats.
+        bits: bits per axis of the one-cube grid.
+
+    Returns:
+        ``(grid, cube, tile_bits)``: ``grid`` a list of ``d`` uint64 arrays ``[N]`` in
+        ``[0, 2**(bits - tile_bits))``, the longest axis first when ``C > 1`` (a Hilbert curve
+        leaves its cube along the first axis); ``cube`` uint64 ``[N]`` cube index, or None when
+        ``C == 1`` (then ``grid`` is :func:`quantize`'s and ``tile_bits == 0``).
+    """
+    dim = points.shape[1]
+    if points.shape[0] == 0:
+        return [np.zeros(0, dtype=_U) for _ in range(dim)], None, 0
+    lo, hi = _column_bounds(points)
+    cubes, long = _num_cubes(lo, hi, bits)
+    if cubes == 1:
+        return _grid(points, float(2**bits - 1), lo, hi), None, 0
+    tile_bits = (cubes - 1).bit_length()
+    inner = bits - tile_bits
+    # the long axis spans [0, C * 2**inner); the others are at most 1 / C of it: < 2**inner
+    grid = _grid(points, float(cubes * 2**inner - 1), lo, hi)
+    u = grid[long]
+    cube = np.right_shift(u, _U(inner))
+    np.bitwise_and(u, _U(2**inner - 1), out=u)
+    return [u] + [g for j, g in enumerate(grid) if j != long], cube, tile_bits
+
+
+def _with_cube(key: np.ndarray, cube, tile_bits: int, dim: int, bits: int) -> np.ndarray:
+    """Prefix the inner key with the cube index; left-align to ``dim * bits`` bits (in place)."""
+    if cube is None:
+        return key
+    inner = bits - tile_bits
+    np.left_shift(cube, _U(dim * inner), out=cube)
+    np.bitwise_or(key, cube, out=key)
+    np.left_shift(key, _U((dim - 1) * tile_bits), out=key)  # same key width as one cube's
+    return key
 
 
 def _spread(x: np.ndarray, dim: int) -> np.ndarray:
@@ -85,10 +198,19 @@ def morton_from_grid(grid: list) -> np.ndarray:
 
 
 def morton_keys(points: np.ndarray, bits: int = None) -> np.ndarray:
-    """Morton (Z-order) keys of ``[N, d]`` points (d = 2 or 3): uint64 ``[N]``."""
+    """Morton (Z-order) keys.
+
+    Args:
+        points: ``[N, d]`` finite floats, d = 2 or 3.
+        bits: bits per axis (default :func:`default_bits`).
+
+    Returns:
+        uint64 ``[N]``.
+    """
     dim = points.shape[1]
     bits = default_bits(dim) if bits is None else bits
-    return morton_from_grid(quantize(points, bits))
+    grid, cube, tile_bits = curve_grid(points, bits)
+    return _with_cube(morton_from_grid(grid), cube, tile_bits, dim, bits)
 
 
 # ---- Hilbert: Hamilton's (entry e, direction d) state machine ------------------------------------
@@ -169,7 +291,14 @@ _BLOCK = 1 << 15  # points per block of the Hilbert walk: its ~10 work arrays st
 
 
 def hilbert_from_grid(grid: list, bits: int) -> np.ndarray:
-    """Hilbert key of integer grid coordinates (list of ``d`` uint64 arrays, consumed): uint64 ``[N]``.
+    """Hilbert key of integer grid coordinates.
+
+    Args:
+        grid: list of ``d`` uint64 arrays ``[N]`` (consumed: modified in place).
+        bits: bits per axis used by the grid.
+
+    Returns:
+        uint64 ``[N]``.
 
     The state-machine walk runs over blocks of ``_BLOCK`` points: a dozen passes over arrays that
     fit in cache instead of over main-memory arrays (the walk is memory-bound).
@@ -213,7 +342,16 @@ def hilbert_from_grid(grid: list, bits: int) -> np.ndarray:
 
 
 def hilbert_keys(points: np.ndarray, bits: int = None) -> np.ndarray:
-    """Hilbert keys of ``[N, d]`` points (d = 2 or 3): uint64 ``[N]``."""
+    """Hilbert keys.
+
+    Args:
+        points: ``[N, d]`` finite floats, d = 2 or 3.
+        bits: bits per axis (default :func:`default_bits`).
+
+    Returns:
+        uint64 ``[N]``.
+    """
     dim = points.shape[1]
     bits = default_bits(dim) if bits is None else bits
-    return hilbert_from_grid(quantize(points, bits), bits)
+    grid, cube, tile_bits = curve_grid(points, bits)
+    return _with_cube(hilbert_from_grid(grid, bits - tile_bits), cube, tile_bits, dim, bits)

@@ -103,3 +103,16 @@ def test_bad_inputs():
         knn_graph(np.zeros(5), 2)
     with pytest.raises(TypeError):
         knn_graph(np.array([["a"], ["b"]]), 1)
+
+
+@pytest.mark.parametrize("exp", [-1060, -600, 600, 1000])
+def test_extreme_magnitudes_give_the_same_graph(exp):
+    # squared distances of such coordinates overflow (or underflow) float64; the graph must be
+    # that of the same cloud at unit scale, never out-of-range ids or all-tied neighbours
+    pts = np.random.default_rng(5).random((300, 3)) - 0.5
+    ref = knn_graph(pts, 6)
+    scaled = np.ldexp(pts, exp) if exp > -1000 else np.ldexp(pts, -1000) * 2.0**(exp + 1000)
+    got = knn_graph(scaled, 6)
+    assert int(got.max()) < 300
+    if exp != -1060:  # subnormal coordinates lose bits: only the id range can be checked
+        assert torch.equal(got, ref)

@@ -191,3 +191,53 @@ def test_unexpected_meshio_notes_are_forwarded_as_warnings(tmp_path):
     with pytest.warns(UserWarning, match="expected 2 markers"):
         m = read_mesh(tmp_path / "t.su2")
     assert m.node_sets["wall"].tolist() == [0, 1] and m.dim == 2 and m.num_cells == 1
+
+
+@pytest.mark.parametrize("version", [2.2, 4.1])
+def test_gmsh_msh_with_physical_groups(tmp_path, version):
+    # gmsh's own writer (4.1 is its default): meshio adds an internal "gmsh:bounding_entities"
+    # set of entity tags, which must not be taken for a named set of cells
+    gmsh = pytest.importorskip("gmsh")
+    gmsh.initialize()
+    try:
+        gmsh.option.setNumber("General.Terminal", 0)
+        gmsh.model.occ.addRectangle(0, 0, 0, 1, 1)
+        gmsh.model.occ.synchronize()
+        lines = {"bottom": [], "other": []}
+        for dim, tag in gmsh.model.getEntities(1):
+            y_max = gmsh.model.getBoundingBox(dim, tag)[4]
+            lines["bottom" if y_max < 1e-6 else "other"].append(tag)
+        gmsh.model.addPhysicalGroup(1, lines["bottom"], name="bottom")
+        gmsh.model.addPhysicalGroup(1, lines["other"], name="walls")
+        gmsh.model.addPhysicalGroup(2, [1], name="fluid")
+        gmsh.option.setNumber("Mesh.MeshSizeMax", 0.2)
+        gmsh.model.mesh.generate(2)
+        gmsh.option.setNumber("Mesh.MshFileVersion", version)
+        gmsh.write(str(tmp_path / "sq.msh"))
+    finally:
+        gmsh.finalize()
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to skip, nothing to warn about
+        mesh = read_mesh(tmp_path / "sq.msh")
+    assert mesh.dim == 2 and set(mesh.cells) == {"triangle"} and set(mesh.boundary_cells) == {"line"}
+    assert set(mesh.node_sets) == {"bottom", "walls", "fluid"}
+    y = mesh.points[:, 1]
+    assert mesh.node_sets["bottom"].tolist() == np.flatnonzero(np.abs(y) < 1e-12).tolist()
+    assert mesh.node_sets["fluid"].tolist() == list(range(mesh.num_nodes))
+    on_boundary = np.flatnonzero((np.abs(mesh.points - 0.5) > 0.5 - 1e-12).any(axis=1))
+    assert sorted(set(mesh.node_sets["bottom"].tolist()) | set(mesh.node_sets["walls"].tolist())) == on_boundary.tolist()
+    # Euler: a square (no hole) has V - E + F = 1
+    assert mesh.num_nodes - mesh.edge_index().shape[1] // 2 + mesh.num_cells == 1
+
+
+def test_malformed_cell_set_is_skipped_with_a_warning(tmp_path, monkeypatch):
+    pts = np.array([[0.0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0]])
+    fake = meshio.Mesh(pts, [("triangle", np.array([[0, 1, 2], [1, 3, 2]]))],
+                       cell_sets={"good": [np.array([1])], "bad": [np.array([7])]})
+    monkeypatch.setattr(meshio, "read", lambda *args, **kwargs: fake)
+    (tmp_path / "m.vtu").write_text("stub")
+    with pytest.warns(UserWarning, match="'bad'"):
+        mesh = read_mesh(tmp_path / "m.vtu")
+    assert set(mesh.node_sets) == {"good"} and mesh.node_sets["good"].tolist() == [1, 2, 3]

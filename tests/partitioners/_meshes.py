@@ -9,7 +9,7 @@ import torch
 
 from tests.conftest import MESH_FILES
 
-__all__ = ["MESH_FILES", "load_mesh", "load_drivaer"]
+__all__ = ["MESH_FILES", "load_mesh", "load_drivaer", "partition_of"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -28,3 +28,12 @@ def load_drivaer(data_dir: Path, k: int = 6):
 
     pts = np.load(Path(data_dir) / "drivaer_body_points.npz")["points"]
     return pts, ms.knn_graph(torch.from_numpy(pts), k)
+
+
+@functools.lru_cache(maxsize=None)
+def partition_of(data_dir: Path, name: str, method: str, num_parts: int = 7, refine: bool = True):
+    """``ms.partition`` of a real mesh, graph given (cached: several tests share the result)."""
+    import meshshard as ms
+
+    pts, ei = load_mesh(data_dir, name)
+    return ms.partition(pts, num_parts, method, edge_index=ei, refine=refine)

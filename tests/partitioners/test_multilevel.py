@@ -6,6 +6,8 @@ import torch
 import meshshard as ms
 from meshshard.partitioners import Partition, partition, partition_quality
 from meshshard.partitioners.multilevel import _coarsen, greedy_refine, multilevel_refine, symmetric_adjacency
+from tests.conftest import MESH_FILES
+from tests.partitioners._meshes import partition_of
 
 
 def _mesh(data_dir, name):
@@ -40,19 +42,20 @@ def test_coarsening_keeps_parts_and_cut(data_dir):
     assert coarse_cut == _cut(assign, ei)["edge_cut"]
 
 
-@pytest.mark.parametrize("name", ["naca0012_inviscid.su2", "cylinder_laminar.su2", "brick_tets.su2"])
+@pytest.mark.parametrize("name", MESH_FILES)
 @pytest.mark.parametrize("method", ["kdtree", "hilbert"])
 def test_refinement_lowers_cut_within_bound(data_dir, name, method):
     pts, ei = _mesh(data_dir, name)
-    plain = partition(pts, 7, method, refine=False).assignment.numpy()
+    plain = partition_of(data_dir, name, method, refine=False).assignment.numpy()
     refined = multilevel_refine(plain, 7, ei, imbalance=1.01)
     q0, q1 = _cut(plain, ei), _cut(refined, ei)
-    metis = partition_quality(partition(pts, 7, "graph", edge_index=ei), ei)["edge_cut"]
+    metis = partition_quality(partition_of(data_dir, name, "graph"), ei)["edge_cut"]
     assert q1["edge_cut"] < q0["edge_cut"] or q0["edge_cut"] <= metis
-    assert q1["edge_cut"] <= 1.35 * metis  # measured 0.89-1.31x on the real meshes
+    assert q1["edge_cut"] <= 1.3 * metis  # issue 2's target; measured 0.89-1.26x on the real meshes
     assert q1["imbalance"] <= 1.01 + 1e-12
     assert np.bincount(refined, minlength=7).min() > 0
-    assert np.array_equal(refined, multilevel_refine(plain, 7, ei, imbalance=1.01))  # deterministic
+    # what the front door returns, run after run (that call is cached for test_refine.py)
+    assert np.array_equal(refined, partition_of(data_dir, name, method).assignment.numpy())
 
 
 def test_weighted_bound_and_one_direction_edges(data_dir):

@@ -4,16 +4,16 @@ import torch
 
 from meshshard.partitioners import partition, partition_quality
 from meshshard.partitioners.multilevel import multilevel_refine
-from tests.partitioners._meshes import MESH_FILES, load_drivaer, load_mesh
+from tests.partitioners._meshes import MESH_FILES, load_drivaer, load_mesh, partition_of
 
 
 @pytest.mark.parametrize("name", MESH_FILES)
 @pytest.mark.parametrize("method", ["kdtree", "morton", "hilbert"])
 def test_refinement_lowers_cut_keeps_bound(data_dir, name, method):
     pts, ei = load_mesh(data_dir, name)
-    plain = partition(pts, 7, method, edge_index=ei, refine=False)
+    plain = partition_of(data_dir, name, method, refine=False)
     assert plain == partition(pts, 7, method)  # refine=False ignores the graph
-    ref = partition(pts, 7, method, edge_index=ei)
+    ref = partition_of(data_dir, name, method)
     q0, q1 = partition_quality(plain, ei), partition_quality(ref, ei)
     assert q1["edge_cut"] < q0["edge_cut"]
     assert q1["imbalance"] <= 1.01 + 1e-12
