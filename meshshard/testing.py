@@ -78,7 +78,11 @@ def _worker(fn, rank, world_size, port, backend, args, kwargs, result_queue, thr
         except Exception:  # noqa: BLE001
             exc_bytes = None
         result_queue.put((rank, False, (exc_bytes, tb)))
+        result_queue.close()
+        result_queue.join_thread()  # flushed before any teardown could abort the process
         return
+    result_queue.close()
+    result_queue.join_thread()
     try:
         destroy_distributed()
     except Exception:  # noqa: BLE001 - teardown errors after success do not matter

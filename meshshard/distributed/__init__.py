@@ -7,6 +7,8 @@ function also works in a plain single process with no process group (world size 
 from meshshard.distributed.process_group import (
     init_distributed,
     destroy_distributed,
+    default_backend,
+    set_local_device,
     is_initialized,
     get_rank,
     get_world_size,
@@ -48,6 +50,8 @@ from meshshard.distributed.dtensor import (
 __all__ = [
     "init_distributed",
     "destroy_distributed",
+    "default_backend",
+    "set_local_device",
     "is_initialized",
     "get_rank",
     "get_world_size",

@@ -621,7 +621,18 @@ def all_reduce_v(
     group=None,
 ) -> torch.Tensor:
     """PhysicsNeMo's name ("AllReduceV", the backward of all-gather-v) for :func:`reduce_scatter_v`,
-    with its argument order ``(tensor, sizes, dim, use_fp32, group)``."""
+    with its argument order ``(tensor, sizes, dim, use_fp32, group)``.
+
+    Args:
+        tensor: a full-size tensor on every rank, ``tensor.size(dim) == sum(sizes)``.
+        sizes: ``W`` non-negative ints, ``sizes[r]`` = size of rank ``r``'s slice along ``dim``.
+        dim: the dimension that is split (negative allowed).
+        use_fp32: sum float16 / bfloat16 in float32 (then cast back).
+        group: process group.
+
+    Returns:
+        This rank's slice summed over ranks, ``sizes[rank]`` along ``dim``.
+    """
     return reduce_scatter_v(tensor, sizes, dim=dim, group=group, use_fp32=use_fp32)
 
 

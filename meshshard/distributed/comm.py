@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed import P2POp, ProcessGroup, ReduceOp
 
-from meshshard.distributed.process_group import comm_device, get_rank, get_world_size, is_initialized
+from meshshard.distributed.process_group import comm_device, get_world_size, is_initialized
 
 __all__ = [
     "ReduceOp",
@@ -66,6 +66,7 @@ def all_to_all_single(
         input: ``[sum(input_split_sizes), *]``.
         output_split_sizes: rows received from each rank (``None``: even split).
         input_split_sizes: rows sent to each rank (``None``: even split).
+        group: process group (``None``: the default group).
         output: optional preallocated ``[sum(output_split_sizes), *]`` buffer.
 
     Returns:
@@ -95,7 +96,15 @@ def all_to_all_single(
 
 
 def all_gather_into_tensor(input: torch.Tensor, group=None) -> torch.Tensor:
-    """Concatenate every rank's equally shaped ``input`` along a new leading dim: ``[W, *input.shape]``."""
+    """Stack every rank's equally shaped ``input`` along a new leading dim.
+
+    Args:
+        input: any shape ``S``; the same shape and dtype on every rank.
+        group: process group (``None``: the default group).
+
+    Returns:
+        ``[W, *S]`` on ``input``'s device; row ``r`` is rank ``r``'s input.
+    """
     input = input.contiguous()
     world = get_world_size(group)
     if _single(group):
@@ -112,6 +121,7 @@ def all_gather_sizes(values: Sequence[int] | torch.Tensor, group=None) -> torch.
 
     Args:
         values: ``k`` integers; every rank must pass the same ``k``.
+        group: process group (``None``: the default group).
 
     Returns:
         CPU ``LongTensor [W, k]``; row ``r`` holds rank ``r``'s values.
@@ -121,7 +131,15 @@ def all_gather_sizes(values: Sequence[int] | torch.Tensor, group=None) -> torch.
 
 
 def all_gather_object(obj, group=None) -> List:
-    """Gather a picklable object from every rank (for metadata only, never for tensor payloads)."""
+    """Gather a picklable object from every rank (for metadata only, never for tensor payloads).
+
+    Args:
+        obj: any picklable object.
+        group: process group (``None``: the default group).
+
+    Returns:
+        A list of ``W`` objects, indexed by rank.
+    """
     if _single(group):
         return [obj]
     out = [None] * get_world_size(group)
@@ -130,7 +148,14 @@ def all_gather_object(obj, group=None) -> List:
 
 
 def all_reduce(t: torch.Tensor, op=ReduceOp.SUM, group=None) -> torch.Tensor:
-    """In-place all-reduce of ``t`` (also returned)."""
+    """In-place all-reduce of ``t`` (also returned); not differentiable (see
+    :func:`meshshard.distributed.autograd.all_reduce_sum`).
+
+    Args:
+        t: any shape; the same shape and dtype on every rank.
+        op: a :class:`ReduceOp` (default ``SUM``).
+        group: process group (``None``: the default group).
+    """
     if _single(group):
         return t
     dev_t = _to_comm(t, group)
@@ -141,7 +166,13 @@ def all_reduce(t: torch.Tensor, op=ReduceOp.SUM, group=None) -> torch.Tensor:
 
 
 def broadcast(t: torch.Tensor, src: int = 0, group=None) -> torch.Tensor:
-    """In-place broadcast of ``t`` from global rank ``src`` (also returned)."""
+    """In-place broadcast of ``t`` from global rank ``src`` (also returned).
+
+    Args:
+        t: any shape; the same shape and dtype on every rank (the receivers' values are overwritten).
+        src: global rank that sends.
+        group: process group (``None``: the default group).
+    """
     if _single(group):
         return t
     dev_t = _to_comm(t, group)
@@ -152,30 +183,57 @@ def broadcast(t: torch.Tensor, src: int = 0, group=None) -> torch.Tensor:
 
 
 def barrier(group=None) -> None:
-    """Block until every rank of ``group`` arrives (no-op in a single process)."""
+    """Block until every rank of ``group`` arrives (no-op in a single process).
+
+    Args:
+        group: process group (``None``: the default group).
+    """
     if not _single(group):
         dist.barrier(group=group)
 
 
 def isend(t: torch.Tensor, dst: int, group=None, tag: int = 0):
-    """Non-blocking send to global rank ``dst``; returns a work handle."""
+    """Non-blocking send to global rank ``dst``; returns a work handle.
+
+    Args:
+        t: tensor on :func:`comm_device` (CUDA for NCCL); sent as is.
+        dst: global rank of the receiver.
+        group: process group (``None``: the default group).
+        tag: message tag (gloo matches sends and receives by tag).
+    """
     return dist.isend(t.contiguous(), dst=dst, group=group, tag=tag)
 
 
 def irecv(t: torch.Tensor, src: int, group=None, tag: int = 0):
-    """Non-blocking receive into ``t`` from global rank ``src``; returns a work handle."""
+    """Non-blocking receive into ``t`` from global rank ``src``; returns a work handle.
+
+    Args:
+        t: preallocated buffer on :func:`comm_device` with the sender's shape and dtype.
+        src: global rank of the sender.
+        group: process group (``None``: the default group).
+        tag: message tag (gloo matches sends and receives by tag).
+    """
     return dist.irecv(t, src=src, group=group, tag=tag)
 
 
 def batch_isend_irecv(ops: List[P2POp]) -> list:
-    """Start a batch of point-to-point ops; returns their work handles (an empty batch is allowed)."""
+    """Start a batch of point-to-point ops; returns their work handles (an empty batch is allowed).
+
+    Args:
+        ops: :class:`P2POp` list, tensors on :func:`comm_device`.
+    """
     if not ops:
         return []
     return dist.batch_isend_irecv(ops)
 
 
 def new_group(ranks: Optional[Sequence[int]] = None, **kwargs):
-    """Create a sub-group (every rank must call it)."""
+    """Create a sub-group (every rank must call it).
+
+    Args:
+        ranks: global ranks of the new group (``None``: all).
+        kwargs: passed to :func:`torch.distributed.new_group` (e.g. ``backend``, ``timeout``).
+    """
     return dist.new_group(ranks=list(ranks) if ranks is not None else None, **kwargs)
 
 
@@ -189,6 +247,7 @@ def check_same_across_ranks(values: Sequence[int], what: str, names: Optional[Se
         values: integers that must agree (e.g. dtype code, ndim, feature sizes).
         what: the name of the calling operation, for the message.
         names: optional names of the values, for the message.
+        group: process group (``None``: the default group).
 
     Returns:
         The gathered ``LongTensor [W, k]``.

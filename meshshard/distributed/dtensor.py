@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Placement, Replicate, Shard
 from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
@@ -29,9 +28,15 @@ def default_device_mesh(device_type: Optional[str] = None) -> DeviceMesh:
 
     In a single process with no process group this starts a one-rank gloo group on a private
     store first, because a DeviceMesh cannot exist without one.
+
+    Args:
+        device_type: ``"cpu"`` or ``"cuda"`` (``None``: the device of :func:`comm_device`).
+
+    Returns:
+        A 1-D mesh of ``get_world_size()`` ranks.
     """
     if not is_initialized():
-        import torch.distributed as dist
+        import torch.distributed as dist  # layer 0 may
 
         store = dist.HashStore()
         dist.init_process_group("gloo", store=store, rank=0, world_size=1)

@@ -23,6 +23,10 @@ def function_names(func) -> list:
     name = getattr(func, "__name__", None)
     if not name:
         return names
+    owner = getattr(func, "__self__", None)
+    if name == "__get__" and getattr(owner, "__objclass__", None) is not None:
+        # a Tensor property getter (x.T, x.mT, x.data ...): name the property
+        return names + [f"torch.Tensor.{owner.__name__}.__get__", f"torch.Tensor.{owner.__name__}"]
     names.append(name)
     qual = getattr(func, "__qualname__", name) or name
     mod = getattr(func, "__module__", None)

@@ -1,4 +1,5 @@
-"""Built-in ShardTensor function handlers: element-wise, row-wise, ``sum`` / ``mean``, ``cat``.
+"""Built-in ShardTensor function handlers: element-wise, row-wise, ``sum`` / ``mean``, ``cat``,
+dim permutations (``t`` / ``.T`` / ``transpose`` / ``permute``) and ``matmul``.
 
 Every handler has PhysicsNeMo's signature ``handler(func, types, args, kwargs)``; it unwraps
 ShardTensors to local tensors (differentiably), runs ``func`` locally, adds the collective the op
@@ -24,7 +25,12 @@ from meshshard.tensor import _registry as reg
 from meshshard.tensor.shard_tensor import ShardTensor, _FromLocal
 from meshshard.tensor.spec import shard_dim_of
 
-__all__ = ["pointwise_handler", "rowwise_handler", "reduction_handler", "cat_handler", "POINTWISE_NAMES"]
+__all__ = ["pointwise_handler", "rowwise_handler", "reduction_handler", "cat_handler", "permute_handler",
+           "matmul_handler", "scalar_handler", "POINTWISE_NAMES"]
+
+
+_WAY_OUT = ("register a handler with ShardTensor.register_function_handler, or redistribute / "
+            "full_tensor() first")
 
 
 def _layout(st):
@@ -52,15 +58,19 @@ def _reference(func, sts):
     return sts[0]
 
 
-def _local_of(func, st, ref):
-    """Differentiable local tensor of ``st`` for a computation laid out like ``ref``."""
+def _local_of(func, st, ref, align: bool = False):
+    """Differentiable local tensor of ``st`` for a computation laid out like ``ref``.
+
+    With ``align`` (element-wise ops), a replicated ``st`` that spans the sharded dim with the
+    global size contributes only this rank's rows, exactly like a plain tensor."""
     if _layout(st) == _layout(ref):
         return st.to_local()
     if _is_replicated(st) and st.device_mesh == ref.device_mesh:
         # A replicated value feeding sharded rows: each rank's gradient is a partial sum, so
         # declare it Partial on the sharding mesh dim and let backward all-reduce it.
         grad_pl = tuple(Partial() if isinstance(p, Shard) else Replicate() for p in ref.placements)
-        return st.to_local(grad_placements=grad_pl)
+        local = st.to_local(grad_placements=grad_pl)
+        return _align_plain(func, local, ref) if align else local
     raise ValueError(
         f"ShardTensor: {_name(func)} on ShardTensors with different layouts: {st.placements} with shard "
         f"sizes {st._shard_sizes} vs {ref.placements} with shard sizes {ref._shard_sizes}. Shard "
@@ -99,7 +109,7 @@ def _wrap(func, out, ref, shard_shift: int = 0):
             coord = mesh.get_local_rank(sd[0])
             if t.dim() <= sd[1] or t.shape[sd[1]] != sizes[coord]:
                 raise NotImplementedError(f"ShardTensor: {_name(func)} changed the sharded dim "
-                                          f"({tuple(t.shape)}); it is not a supported row-wise op")
+                                          f"({tuple(t.shape)}); it is not a supported row-wise op; {_WAY_OUT}")
         return _FromLocal.apply(t, mesh, placements, sizes)
 
     return pytree.tree_map(wrap, out)
@@ -115,7 +125,7 @@ def pointwise_handler(func, types, args, kwargs):
         if isinstance(x, ShardTensor):
             if x.dim() != ref.dim() and not _is_replicated(x):
                 raise ValueError(f"ShardTensor: {_name(func)} on ShardTensors of different ndim")
-            return _local_of(func, x, ref)
+            return _local_of(func, x, ref, align=True)
         if isinstance(x, torch.Tensor):
             return _align_plain(func, x, ref)
         return x
@@ -183,7 +193,8 @@ def cat_handler(func, types, args, kwargs):
     if sd is not None and dim % ref.dim() == sd[1]:
         raise NotImplementedError(f"ShardTensor: {_name(func)} along the sharded dim {sd[1]}; "
                                   "register a handler with ShardTensor.register_function_handler")
-    locals_ = [_local_of(func, t, ref) if isinstance(t, ShardTensor) else _align_plain(func, t, ref) for t in tensors]
+    locals_ = [_local_of(func, t, ref, align=True) if isinstance(t, ShardTensor) else _align_plain(func, t, ref)
+               for t in tensors]
     return _wrap(func, func(locals_, dim), ref)
 
 
@@ -220,6 +231,90 @@ def reduction_handler(func, types, args, kwargs):
     total = all_reduce_sum(total, group=x.device_mesh.get_group(m))
     rep = tuple(Replicate() for _ in x.placements)
     return _FromLocal.apply(total, x.device_mesh, rep, None)
+
+
+def permute_handler(func, types, args, kwargs):
+    """Dim permutations (``t``, ``.T``, ``.mT``, ``transpose``, ``swapaxes``, ``permute``): local,
+    the Shard placement follows its dim to the new position, shard sizes unchanged."""
+    x = args[0] if args else kwargs["input"]
+    if not isinstance(x, ShardTensor):
+        raise NotImplementedError(f"ShardTensor: {_name(func)} with a ShardTensor as a parameter; {_WAY_OUT}")
+    ref = _reference(func, [x])
+    sd = shard_dim_of(ref.placements)
+    rest = args[1:] if args else ()
+    kw = {k: v for k, v in kwargs.items() if k != "input"}
+    shift = 0
+    if sd is not None:
+        # Where does the sharded dim go? Apply the same op to a meta tensor whose strides name
+        # the dims (a permutation permutes the strides).
+        n = x.dim()
+        probe = torch.empty_strided(tuple(x._local_tensor.shape), [1 << k for k in range(n)], device="meta")
+        moved = func(probe, *rest, **kw)
+        strides = list(moved.stride())
+        if moved.dim() != n or sorted(strides) != [1 << k for k in range(n)]:
+            raise NotImplementedError(f"ShardTensor: {_name(func)} is not a permutation of dims here; {_WAY_OUT}")
+        shift = strides.index(1 << sd[1]) - sd[1]
+    out = func(x.to_local(), *rest, **kw)
+    return _wrap(func, out, ref, shift)
+
+
+def matmul_handler(func, types, args, kwargs):
+    """``matmul`` / ``mm`` / ``mv`` / ``@`` with one sharded operand, when the sharded dim is not
+    contracted (``X @ W`` with rows sharded, ``W @ X`` with columns sharded; the other operand is a
+    plain / replicated value), or when both operands are sharded along the contracted dim with the
+    same shard sizes (``X.T @ Y``: local product, then a sum over ranks; replicated result).
+    Anything else would need rows of other ranks and raises NotImplementedError."""
+    if kwargs:
+        raise NotImplementedError(f"ShardTensor: {_name(func)} with keyword arguments ({sorted(kwargs)}); {_WAY_OUT}")
+    a, b = args[0], args[1]
+    local_fn = func
+    if func is torch.Tensor.__rmatmul__:
+        a, b, local_fn = b, a, torch.matmul
+    sts = [t for t in (a, b) if isinstance(t, ShardTensor)]
+    ref = _reference(func, sts)
+    sd_a = shard_dim_of(a.placements) if isinstance(a, ShardTensor) else None
+    sd_b = shard_dim_of(b.placements) if isinstance(b, ShardTensor) else None
+    how = (f"ShardTensor: {_name(func)} of shapes {tuple(a.shape)} ({getattr(a, 'placements', 'plain')}) and "
+           f"{tuple(b.shape)} ({getattr(b, 'placements', 'plain')})")
+
+    def local(t, r):
+        return _local_of(func, t, r) if isinstance(t, ShardTensor) else t
+
+    if sd_a is not None and sd_b is None:
+        if a.dim() < 2 or sd_a[1] >= a.dim() - 1 or b.dim() > 2:
+            raise NotImplementedError(f"{how}: the sharded dim of the left operand is contracted (or "
+                                      f"batched); {_WAY_OUT}")
+        out = local_fn(local(a, a), local(b, a))
+        return _wrap(func, out, a)  # rows stay where they were (b 1-d drops the last, unsharded dim)
+    if sd_b is not None and sd_a is None:
+        if b.dim() < 2 or sd_b[1] != b.dim() - 1 or a.dim() > 2:
+            raise NotImplementedError(f"{how}: the sharded dim of the right operand is contracted (or "
+                                      f"batched); {_WAY_OUT}")
+        out = local_fn(local(a, b), local(b, b))
+        return _wrap(func, out, b, out.dim() - b.dim())
+    if sd_a is not None and sd_b is not None:
+        contracted_b = 0 if b.dim() == 1 else b.dim() - 2
+        if a.dim() > 2 or b.dim() > 2 or sd_a[1] != a.dim() - 1 or sd_b[1] != contracted_b or sd_a[0] != sd_b[0]:
+            raise NotImplementedError(f"{how}: only the contracted dim may be sharded on both operands; {_WAY_OUT}")
+        if a.device_mesh != b.device_mesh or a._shard_sizes != b._shard_sizes:
+            raise ValueError(f"{how}: operands with different layouts (shard sizes {a._shard_sizes} vs "
+                             f"{b._shard_sizes}); redistribute one of them first")
+        partial = local_fn(a.to_local(), b.to_local())
+        total = all_reduce_sum(partial, group=a.device_mesh.get_group(sd_a[0]))
+        return _FromLocal.apply(total, a.device_mesh, tuple(Replicate() for _ in a.placements), None)
+    # neither sharded: replicated operands, local product stays replicated
+    out = local_fn(local(a, ref), local(b, ref))
+    return _wrap(func, out, ref)
+
+
+def scalar_handler(func, types, args, kwargs):
+    """``item()`` / ``tolist()`` of a replicated ShardTensor (e.g. a loss for logging): its local
+    value is the whole value. A sharded or Partial tensor raises (call ``full_tensor()`` first)."""
+    x = args[0]
+    if not _is_replicated(x):
+        raise NotImplementedError(f"ShardTensor: {_name(func)} of a {x.placements} tensor would see only this "
+                                  "rank's part; call .full_tensor() first")
+    return func(x._local_tensor, *args[1:], **kwargs)
 
 
 POINTWISE_NAMES = [
@@ -266,6 +361,15 @@ def _register_builtins():
             table[f] = cat_handler
     for f in (torch.sum, torch.Tensor.sum, torch.mean, torch.Tensor.mean):
         table[f] = reduction_handler
+    for f in (torch.Tensor.item, torch.Tensor.tolist):
+        table[f] = scalar_handler
+    for f in (torch.t, torch.Tensor.t, torch.transpose, torch.Tensor.transpose, torch.swapaxes,
+              torch.Tensor.swapaxes, torch.swapdims, torch.Tensor.swapdims, torch.permute, torch.Tensor.permute,
+              torch.Tensor.T.__get__, torch.Tensor.mT.__get__):
+        table[f] = permute_handler
+    for f in (torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__, torch.mm,
+              torch.Tensor.mm, torch.mv, torch.Tensor.mv):
+        table[f] = matmul_handler
 
 
 _register_builtins()

@@ -6,13 +6,15 @@ sharded tensor's gradient is each rank's own rows.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import List, Sequence
 
 import torch
 
 from meshshard.distributed import Partial, Replicate, Shard
-from meshshard.distributed.autograd import all_gather_v, all_reduce_sum, all_to_all_v, reduce_scatter_v
-from meshshard.tensor.spec import chunk_sizes, normalize_placements, normalize_sharding_shapes, shard_dim_of
+from meshshard.distributed.autograd import (all_gather_v, all_reduce_sum, all_to_all_v, get_validation,
+                                            reduce_scatter_v, set_validation)
+from meshshard.tensor.spec import (chunk_sizes, layout_signature, normalize_placements, resolve_sharding_shapes,
+                                   shard_dim_of)
 
 __all__ = ["redistribute", "redistribute_local"]
 
@@ -136,19 +138,28 @@ def redistribute(st, placements=None, sharding_shapes=None):
     target = tuple(Shard(p.dim % st.dim()) if isinstance(p, Shard) and p.dim < 0 else p for p in target)
     dst_sd, src_sd = shard_dim_of(target), shard_dim_of(st.placements)
     new_sizes = None
+    checked = False
     if dst_sd is not None:
         m, d = dst_sd
         if d >= st.dim():
             raise ValueError(f"redistribute: Shard({d}) of a {st.dim()}-d tensor")
         if sharding_shapes is not None:
-            new_sizes = normalize_sharding_shapes(sharding_shapes, None, mesh, target)
+            # One exchange checks on every rank alike the new layout (sum, agreement) and the tensor
+            # (dtype, features, placements, current sizes), so a bad layout on one rank cannot hang
+            # the others, and the collectives below need no check of their own.
+            checked = get_validation() and mesh.size() > 1
+            new_sizes = resolve_sharding_shapes("redistribute", sharding_shapes, mesh, target, total=st.shape[d],
+                                                signature=layout_signature(st._local_tensor, mesh, st.placements,
+                                                                           st._shard_sizes))
         elif src_sd == dst_sd:
             new_sizes = list(st._shard_sizes)
         else:
             new_sizes = chunk_sizes(st.shape[d], mesh.size(m))
-        if sum(new_sizes) != st.shape[d]:
-            raise ValueError(f"redistribute: sharding_shapes sum to {sum(new_sizes)} along dim {d}, but the "
-                             f"tensor has {st.shape[d]}")
     local = st.to_local()
-    local = redistribute_local(local, mesh, st.placements, st._shard_sizes, target, new_sizes)
+    previous = set_validation(False) if checked else None
+    try:
+        local = redistribute_local(local, mesh, st.placements, st._shard_sizes, target, new_sizes)
+    finally:
+        if checked:
+            set_validation(previous)
     return _FromLocal.apply(local, mesh, target, None if new_sizes is None else tuple(new_sizes))

@@ -9,7 +9,7 @@ from meshshard.distributed import DeviceMesh, Partial, Shard, broadcast, default
 from meshshard.distributed.autograd import scatter_v
 from meshshard.tensor.shard_tensor import ShardTensor
 from meshshard.tensor.spec import (_DTYPES, _SLOTS, _dtype_code, chunk_sizes, normalize_placements,
-                                   normalize_sharding_shapes, shard_dim_of)
+                                   resolve_sharding_shapes, shard_dim_of)
 
 __all__ = ["scatter_tensor"]
 
@@ -88,9 +88,7 @@ def scatter_tensor(tensor: Optional[torch.Tensor], global_src: int, mesh: Option
     if d >= ndim:
         raise ValueError(f"scatter_tensor: Shard({d}) of a {ndim}-d tensor")
     sizes = (chunk_sizes(shape[d], mesh.size(m)) if sharding_shapes is None
-             else normalize_sharding_shapes(sharding_shapes, None, mesh, placements))
-    if sum(sizes) != shape[d]:
-        raise ValueError(f"scatter_tensor: sharding_shapes sum to {sum(sizes)} but the tensor has {shape[d]} along dim {d}")
+             else resolve_sharding_shapes("scatter_tensor", sharding_shapes, mesh, placements, total=shape[d]))
     coord = mesh.get_local_rank(m)
     mine = [mesh.get_local_rank(k) for k in range(mesh.ndim)]
     in_src_group = all(mine[k] == src_coords[k] for k in range(mesh.ndim) if k != m)

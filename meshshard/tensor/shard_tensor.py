@@ -25,8 +25,8 @@ from torch.utils import _pytree as pytree
 
 from meshshard.distributed import DeviceMesh, DTensor, Replicate, Shard, default_device_mesh
 from meshshard.tensor import _registry as reg
-from meshshard.tensor.spec import (infer_shard_sizes, make_spec, normalize_placements, normalize_sharding_shapes,
-                                   shard_dim_of)
+from meshshard.tensor.spec import (infer_shard_sizes, layout_signature, make_spec, normalize_placements,
+                                   resolve_sharding_shapes, shard_dim_of)
 
 __all__ = ["ShardTensor"]
 
@@ -119,9 +119,12 @@ class ShardTensor(DTensor):
     Supported operations keep the uneven layout: element-wise ops between ShardTensors of the
     same layout and with plain tensors / scalars (treated as replicated), row-wise ops that do not
     mix the sharded dim (``nn.Linear``, activations, ``LayerNorm`` / ``softmax`` over features,
-    ``torch.cat`` along features), and ``sum`` / ``mean`` over all dims or over the sharded dim
-    (results are replicated ShardTensors; ``mean`` divides by the global count). Anything else
-    raises NotImplementedError naming the op; add support with :meth:`register_function_handler`.
+    ``torch.cat`` along features), ``sum`` / ``mean`` over all dims or over the sharded dim
+    (results are replicated ShardTensors; ``mean`` divides by the global count), dim permutations
+    (``.T``, ``transpose``, ``permute``: the Shard dim moves along), ``matmul`` when the sharded dim
+    is not contracted (``X @ W``) or is contracted on both sides (``X.T @ Y``: summed over ranks),
+    and ``item()`` / ``tolist()`` of replicated values. Anything else raises NotImplementedError
+    naming the op; add support with :meth:`register_function_handler`.
     """
 
     _shard_sizes: Optional[tuple]
@@ -143,7 +146,10 @@ class ShardTensor(DTensor):
                 rank), ``"chunk"`` (no communication: every rank is assumed to hold as many rows as
                 this one, the even ``torch.chunk`` layout; use only when that is true), or a dict
                 ``{mesh_dim: [local shape of every rank along mesh_dim]}`` (a list of sizes along
-                the sharded dim is accepted, as the dict value or on its own).
+                the sharded dim is accepted, as the dict value or on its own). A dict is checked
+                to be the same on every rank, with the dtype and feature sizes, as "infer" checks
+                them (one tiny all-gather per mesh dim, skipped after
+                ``meshshard.distributed.autograd.set_validation(False)``).
 
         Returns:
             ShardTensor whose global shape is the local shape with the sharded dim summed over ranks.
@@ -165,7 +171,9 @@ class ShardTensor(DTensor):
             if sd is not None and sd[1] >= local_tensor.dim():
                 raise ValueError(f"ShardTensor.from_local: Shard({sd[1]}) of a {local_tensor.dim()}-d tensor")
             coord = None if sd is None else mesh.get_local_rank(sd[0])
-            sizes = normalize_sharding_shapes(sharding_shapes, tuple(local_tensor.shape), mesh, placements, coord)
+            sizes = resolve_sharding_shapes("ShardTensor.from_local", sharding_shapes, mesh, placements,
+                                            tuple(local_tensor.shape), coord,
+                                            signature=layout_signature(local_tensor, mesh, placements))
         else:
             raise ValueError(f"sharding_shapes must be 'infer', 'chunk' or a dict, got {sharding_shapes!r}")
         return _FromLocal.apply(local_tensor, mesh, placements, None if sizes is None else tuple(sizes))
@@ -173,7 +181,11 @@ class ShardTensor(DTensor):
     # ------------------------------------------------------------------ layout queries
     def sharding_shapes(self) -> Dict[int, List[torch.Size]]:
         """``{mesh_dim: [local shape of each rank along that mesh dim]}`` for the sharding mesh dim
-        (empty when nothing is sharded). Accepted back by ``from_local`` / ``redistribute``."""
+        (empty when nothing is sharded). Accepted back by ``from_local`` / ``redistribute``.
+
+        Returns:
+            e.g. ``{0: [torch.Size([n0, F]), torch.Size([n1, F]), ...]}`` for ``Shard(0)`` of ``[N, F]``.
+        """
         sd = shard_dim_of(self.placements)
         if sd is None:
             return {}
@@ -189,13 +201,24 @@ class ShardTensor(DTensor):
         """Sizes of every rank's shard along the sharded tensor dim (``None`` when not sharded)."""
         return None if self._shard_sizes is None else list(self._shard_sizes)
 
-    def offsets(self, mesh_dim: int = 0) -> int:
+    def offsets(self, mesh_dim: Optional[int] = None) -> int:
         """Start of this rank's shard along the sharded tensor dim.
 
-        The sum of the shard sizes of the ranks before this one along ``mesh_dim`` (the order of
-        ``full_tensor()``), so local row ``i`` is global row ``offsets() + i``. 0 when
-        ``mesh_dim`` does not Shard the tensor.
+        The sum of the shard sizes of the ranks before this one along the sharding mesh dim (the
+        order of ``full_tensor()``), so local row ``i`` is global row ``offsets() + i``.
+
+        Args:
+            mesh_dim: ``None`` (default): the mesh dim that shards the tensor, whichever it is
+                (0 when nothing is sharded). A mesh dim that does not Shard the tensor gives 0.
+
+        Returns:
+            The offset as an int (PhysicsNeMo returns a tuple over mesh dims for ``None``).
         """
+        if mesh_dim is None:
+            sd = shard_dim_of(self.placements)
+            if sd is None:
+                return 0
+            mesh_dim = sd[0]
         if not 0 <= mesh_dim < self.device_mesh.ndim:
             raise ValueError(f"offsets: mesh_dim={mesh_dim} is not a dim of a {self.device_mesh.ndim}-D mesh")
         if not isinstance(self.placements[mesh_dim], Shard):
@@ -211,6 +234,10 @@ class ShardTensor(DTensor):
             grad_placements: placements the gradient of the returned tensor will have when they
                 differ from this tensor's (e.g. ``(Partial(),)`` for a replicated tensor whose
                 local copy feeds per-rank computations: backward then sums the gradients).
+
+        Returns:
+            The local shard, e.g. ``[n_rank, F]`` for ``Shard(0)`` of ``[N, F]``; with grad enabled a
+            view linked to this ShardTensor by autograd.
         """
         if not torch.is_grad_enabled():
             return self._local_tensor
@@ -230,7 +257,15 @@ class ShardTensor(DTensor):
             placements: target placements (``None``: keep).
             sharding_shapes: target layout for a Shard target, same forms as in
                 :meth:`from_local` (``None``: keep the sizes for the same Shard dim, else the
-                ``torch.chunk`` layout).
+                ``torch.chunk`` layout). Every rank passes the same value.
+            async_op: accepted for DTensor compatibility; the exchange is always synchronous.
+
+        Returns:
+            A new ShardTensor (same global shape) with the target placements and shard sizes.
+
+        Example (rebalance rows of ``[N, F]`` onto ``new_sizes``, which sum to ``N``)::
+
+            st2 = st.redistribute(placements=(Shard(0),), sharding_shapes={0: [(n, F) for n in new_sizes]})
         """
         from meshshard.tensor.redistribute import redistribute
         if device_mesh is not None and device_mesh != self.device_mesh:
@@ -239,12 +274,25 @@ class ShardTensor(DTensor):
 
     def full_tensor(self, *, grad_placements=None) -> torch.Tensor:
         """The whole tensor on every rank, rows in rank order (differentiable; each rank's gradient
-        is its shard's slice of the replicated gradient)."""
+        is its shard's slice of the replicated gradient).
+
+        Args:
+            grad_placements: as in :meth:`to_local`, for the replicated result.
+
+        Returns:
+            Plain tensor of the global shape, e.g. ``[N, F]`` with ``N = sum(shard_sizes())``.
+        """
         rep = self.redistribute(placements=(Replicate(),) * self.device_mesh.ndim)
         return rep.to_local(grad_placements=grad_placements)
 
     def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
-        """Backward from this (usually replicated scalar) ShardTensor, like :meth:`torch.Tensor.backward`."""
+        """Backward from this (usually replicated scalar) ShardTensor, like :meth:`torch.Tensor.backward`.
+
+        Args:
+            gradient: ShardTensor (or plain tensor) of this tensor's layout; ``None`` for a scalar
+                (ones). Every rank calls backward; a replicated loss's gradient is the same on each.
+            retain_graph, create_graph, inputs: as in :func:`torch.autograd.backward`.
+        """
         if gradient is None:
             if self.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
@@ -259,19 +307,34 @@ class ShardTensor(DTensor):
     @classmethod
     def register_function_handler(cls, func: Callable, handler: Callable) -> None:
         """Run ``handler(func, types, args, kwargs)`` whenever ``func`` (a torch function or Tensor
-        method, e.g. ``torch.dot``) is called with a ShardTensor argument. Overrides built-ins."""
+        method, e.g. ``torch.dot``) is called with a ShardTensor argument. Overrides built-ins.
+
+        Args:
+            func: the torch function / Tensor method (``torch.dot``, ``torch.Tensor.__getitem__``...).
+            handler: callable with PhysicsNeMo's signature ``(func, types, args, kwargs)``.
+        """
         reg.FUNCTION_HANDLERS[func] = handler
 
     @classmethod
     def register_named_function_handler(cls, name: str, handler: Callable) -> None:
         """Like :meth:`register_function_handler`, keyed by a name: ``str(func)``, ``func.__name__``
-        or a qualified name such as ``"torch.Tensor.__getitem__"`` or ``"torch.nn.functional.linear"``."""
+        or a qualified name such as ``"torch.Tensor.__getitem__"`` or ``"torch.nn.functional.linear"``.
+
+        Args:
+            name: the function's name, as above.
+            handler: callable ``(func, types, args, kwargs)``.
+        """
         reg.NAMED_FUNCTION_HANDLERS[name] = handler
 
     @classmethod
     def register_dispatch_handler(cls, op, handler: Callable) -> None:
         """Run ``handler(op, types, args, kwargs)`` for an aten op (overload or packet) reaching
-        ``__torch_dispatch__`` with ShardTensor arguments (below autograd)."""
+        ``__torch_dispatch__`` with ShardTensor arguments (below autograd).
+
+        Args:
+            op: e.g. ``torch.ops.aten.detach.default`` or the packet ``torch.ops.aten.detach``.
+            handler: callable ``(op, types, args, kwargs)``.
+        """
         reg.DISPATCH_HANDLERS[op] = handler
 
     # ------------------------------------------------------------------ interception

@@ -7,12 +7,14 @@ assumes the ``torch.chunk`` layout.
 """
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from meshshard.distributed import (DeviceMesh, DTensorSpec, Partial, Placement, Replicate, Shard, TensorMeta,
-                                   all_gather_sizes, all_reduce)
+from meshshard.distributed import (CollectiveMismatchError, DeviceMesh, DTensorSpec, Partial, Placement, Replicate,
+                                   Shard, TensorMeta, all_gather_sizes, all_reduce)
+from meshshard.distributed.autograd import get_validation
 
 __all__ = [
     "normalize_placements",
@@ -22,6 +24,8 @@ __all__ = [
     "make_spec",
     "infer_shard_sizes",
     "normalize_sharding_shapes",
+    "resolve_sharding_shapes",
+    "layout_signature",
 ]
 
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
@@ -98,9 +102,26 @@ def _dtype_code(dtype: torch.dtype) -> int:
 
 
 def _describe(row: List[int]) -> str:
-    code, ndim = row[0], row[1]
+    code, ndim, own = row[0], row[1], row[2]
     dt = str(_DTYPES[code]).replace("torch.", "") if 0 <= code < len(_DTYPES) else f"dtype#{code}"
-    return f"{dt}{tuple(row[2:2 + min(ndim, _SLOTS)])}"
+    shape = [own if v == -2 else v for v in row[3:3 + min(ndim, _SLOTS)]]
+    return f"{dt}{tuple(shape)}"
+
+
+def _shape_row(local: torch.Tensor, shard_dim: Optional[int]) -> List[int]:
+    """``[dtype code, ndim, size along the sharded dim (-1: none), *shape]`` with the sharded dim's
+    slot marked -2 and dims beyond ``_SLOTS`` folded into the last slot (so they are compared too)."""
+    shape = [int(v) for v in local.shape]
+    own = -1
+    if shard_dim is not None and shard_dim < len(shape):
+        own = shape[shard_dim]
+        shape[shard_dim] = -2
+    if len(shape) > _SLOTS:
+        folded = shape[_SLOTS - 1:]
+        shape = shape[:_SLOTS - 1] + [-2 if -2 in folded else math.prod(folded)]
+        if -2 in folded:  # keep the other folded dims comparable
+            shape[-1] = -3 - math.prod(v for v in folded if v != -2)
+    return [_dtype_code(local.dtype), local.dim(), own] + shape + [-1] * (_SLOTS - len(shape))
 
 
 def infer_shard_sizes(local: torch.Tensor, mesh: DeviceMesh, placements) -> Optional[List[int]]:
@@ -110,28 +131,28 @@ def infer_shard_sizes(local: torch.Tensor, mesh: DeviceMesh, placements) -> Opti
     raises the same ValueError on every rank instead of hanging a later collective; a final flag
     all-reduce per mesh dim carries the failure to the ranks of the other groups.
 
+    Args:
+        local: this rank's local tensor.
+        mesh: the device mesh.
+        placements: normalized placements (at most one Shard).
+
     Returns:
         The shard sizes along the sharded tensor dim, one per rank of the sharding mesh dim, or
         ``None`` when no placement is Shard.
     """
     sd = shard_dim_of(placements)
-    row = [_dtype_code(local.dtype), local.dim()] + [int(s) for s in local.shape[:_SLOTS]]
-    row += [-1] * (2 + _SLOTS - len(row))
     error, sizes = None, None
     if sd is not None and sd[1] >= local.dim():
         error = f"Shard({sd[1]}) is out of range for a {local.dim()}-d local tensor"
+    row = _shape_row(local, None if sd is None else sd[1])
     for m in range(mesh.ndim):
         table = all_gather_sizes(row, mesh.get_group(m)).tolist()
         sharded_here = sd is not None and sd[0] == m
         masked = [list(r) for r in table]
         if sharded_here and error is None:
-            d = sd[1]
-            if d < _SLOTS:
-                for r in masked:
-                    r[2 + d] = -2
-                sizes = [r[2 + d] for r in table]
-            else:
-                sizes = [int(local.shape[d])] * len(table)  # beyond the exchanged slots: assume even
+            sizes = [r[2] for r in table]
+            for r in masked:
+                r[2] = -2
         if error is None and any(r != masked[0] for r in masked):
             what = "sizes outside the sharded dim" if sharded_here else "shapes"
             error = (f"ranks of mesh dim {m} disagree on dtype, number of dims or {what}: "
@@ -200,4 +221,101 @@ def normalize_sharding_shapes(sharding_shapes, local_shape: Optional[Sequence[in
         if sizes[coordinate] != local_shape[d]:
             raise ValueError(f"sharding_shapes says rank {coordinate} of mesh dim {m} holds {sizes[coordinate]} "
                              f"along dim {d}, but its local tensor has {local_shape[d]}")
+    return sizes
+
+
+def layout_signature(local: torch.Tensor, mesh: DeviceMesh, placements, shard_sizes=None) -> List[int]:
+    """Integers that every rank of a consistent ShardTensor agrees on, of a length fixed by the mesh:
+    dtype, ndim, the local shape outside the sharded dim, one code per placement and the shard
+    sizes (padded to the mesh size). Compared across ranks by :func:`resolve_sharding_shapes`.
+
+    Args:
+        local: this rank's local tensor.
+        mesh: the device mesh.
+        placements: normalized placements (one per mesh dim).
+        shard_sizes: the shard sizes along the sharded dim, or ``None`` (not compared).
+    """
+    sd = shard_dim_of(placements)
+    row = _shape_row(local, None if sd is None else sd[1])
+    row = row[:2] + row[3:]  # this rank's own size along the sharded dim may differ: leave it out
+    codes = [0 if isinstance(p, Replicate) else 1 if isinstance(p, Partial) else 2 + p.dim for p in placements]
+    codes = (codes + [-1] * mesh.ndim)[:mesh.ndim]
+    total = mesh.size()
+    sizes = [int(v) for v in (shard_sizes or [])][:total]
+    return row + codes + sizes + [-1] * (total - len(sizes))
+
+
+def _describe_signature(sig: List[int], mesh_ndim: int) -> str:
+    code, ndim = sig[0], sig[1]
+    dt = str(_DTYPES[code]).replace("torch.", "") if 0 <= code < len(_DTYPES) else f"dtype#{code}"
+    shape = ", ".join("n" if v == -2 else str(v) for v in sig[2:2 + min(ndim, _SLOTS)])
+    codes = sig[2 + _SLOTS:2 + _SLOTS + mesh_ndim]
+    names = ", ".join("Replicate()" if c == 0 else "Partial()" if c == 1 else f"Shard({c - 2})" for c in codes)
+    sizes = [v for v in sig[2 + _SLOTS + mesh_ndim:] if v != -1]
+    return f"{dt}({shape}) ({names})" + (f" sizes {sizes}" if sizes else "")
+
+
+def resolve_sharding_shapes(what: str, sharding_shapes, mesh: DeviceMesh, placements,
+                            local_shape: Optional[Sequence[int]] = None, coordinate: Optional[int] = None,
+                            total: Optional[int] = None, signature: Optional[List[int]] = None) -> Optional[List[int]]:
+    """:func:`normalize_sharding_shapes`, then check that every rank of ``mesh`` passed the same
+    layout (and that it sums to ``total``), raising the same error on every rank.
+
+    A layout that is wrong on one rank only would otherwise raise there alone and leave the other
+    ranks waiting in the next collective. The check is one all-gather of a few integers per mesh
+    dim (with ``signature``, also the tensor's dtype, feature shape, placements and current
+    sizes, so the exchange that follows needs no check of its own); it follows
+    :func:`meshshard.distributed.autograd.set_validation` (off: local checks only, and every rank
+    must pass the same layout).
+
+    Args:
+        what: the calling operation, for messages.
+        sharding_shapes: as in :func:`normalize_sharding_shapes`.
+        mesh: the device mesh.
+        placements: normalized target placements.
+        local_shape: this rank's local shape, checked against its entry (``None``: skip).
+        coordinate: this rank's index along the sharding mesh dim (for that check).
+        total: required sum of the sizes (the global size along the sharded dim), or ``None``.
+        signature: :func:`layout_signature` of the tensor concerned, compared too (``None``: skip).
+
+    Returns:
+        The shard sizes along the sharded dim (``None`` when nothing is sharded).
+    """
+    sd = shard_dim_of(placements)
+    errors: List[str] = []
+    sizes = None
+    try:
+        sizes = normalize_sharding_shapes(sharding_shapes, local_shape, mesh, placements, coordinate)
+    except (TypeError, ValueError) as exc:
+        errors.append(str(exc))
+    if sizes is not None and total is not None and sum(sizes) != total:
+        errors.append(f"sharding_shapes sum to {sum(sizes)} along dim {sd[1]}, but the tensor has {total}")
+    if sd is None or mesh.size() == 1 or not get_validation():
+        if errors:
+            raise ValueError(f"{what}: {'; '.join(errors)}")
+        return sizes
+    n = mesh.size(sd[0])
+    sig = list(signature or [])
+    row = [1 if errors else 0] + (list(sizes) if sizes is not None and len(sizes) == n else [-1] * n) + sig
+    problem = None
+    for m in range(mesh.ndim):  # every round runs on every rank, so nobody is left waiting
+        table = all_gather_sizes(row, mesh.get_group(m)).tolist()
+        if problem is None:
+            bad = [i for i, r in enumerate(table) if r[0]]
+            if bad:
+                problem = f"invalid sharding_shapes on rank(s) {bad} of mesh dim {m} (see their error)"
+            elif any(r[1:1 + n] != table[0][1:1 + n] for r in table):
+                problem = (f"ranks of mesh dim {m} passed different sharding_shapes: "
+                           + "; ".join(f"rank {i}: {r[1:1 + n]}" for i, r in enumerate(table)))
+            elif any(r[1 + n:] != table[0][1 + n:] for r in table):
+                problem = (f"ranks of mesh dim {m} hold tensors that do not match (dtype, shape outside the "
+                           "sharded dim, placements or shard sizes): "
+                           + "; ".join(f"rank {i}: {_describe_signature(r[1 + n:], mesh.ndim)}"
+                                       for i, r in enumerate(table)))
+        if problem is not None:
+            row[0] = 1  # carry the failure into the next mesh dim's groups
+    if errors:
+        raise ValueError(f"{what}: {'; '.join(errors)}")
+    if problem is not None:
+        raise CollectiveMismatchError(f"{what}: {problem}")
     return sizes

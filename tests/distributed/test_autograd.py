@@ -1,4 +1,5 @@
-"""Differentiable variable-size collectives against single-process references (1-4 gloo ranks).
+"""Raw and differentiable variable-size collectives against single-process references (1-4 gloo
+ranks, one spawned group per world size shared by the tests of this module).
 
 Every rank builds the same global float64 data from a seed, so the expected result of any
 collective is computed locally from the whole tensor. Gradients are checked with
@@ -8,6 +9,9 @@ shard gradients), the collective runs, and every rank's output is all-gathered i
 result (backward: keep this rank's slice). That composite has the same Jacobian on every rank, so
 gradcheck's lock-step perturbations check the collective's backward against its forward.
 """
+import datetime
+import os
+
 import pytest
 import torch
 
@@ -309,10 +313,95 @@ EXPECTED_ERRORS = {
 }
 
 
+def _primitives(rank, world_size):
+    """The raw (non-differentiable) collectives of meshshard.distributed.comm."""
+    sizes = msd.all_gather_sizes([rank, 2 * rank])
+    # rank r sends (j + 1) copies of r to rank j: uneven both ways, rank 0 receives 1 row each
+    send = torch.cat([torch.full((j + 1,), float(rank)) for j in range(world_size)])
+    recv = msd.all_to_all_single(send, [rank + 1] * world_size, [j + 1 for j in range(world_size)])
+    total = msd.all_reduce(torch.tensor([float(rank)]))
+    b = msd.broadcast(torch.tensor([rank * 10]), src=world_size - 1)
+    stacked = msd.all_gather_into_tensor(torch.full((2, 3), float(rank)))
+    objs = msd.all_gather_object({"rank": rank})
+    mismatch = None
+    try:
+        msd.check_same_across_ranks([7, rank == 0], "probe", names=["a", "first"])
+    except msd.CollectiveMismatchError as exc:
+        mismatch = str(exc)
+    return sizes, recv, total, b, stacked, objs, mismatch, msd.get_backend(), msd.comm_device().type
+
+
+def _check_primitives(world_size, results):
+    for rank, (sizes, recv, total, b, stacked, objs, mismatch, backend, dev) in enumerate(results):
+        assert sizes.tolist() == [[r, 2 * r] for r in range(world_size)]
+        expected = torch.cat([torch.full((rank + 1,), float(j)) for j in range(world_size)])
+        assert torch.equal(recv, expected)
+        assert total.item() == sum(range(world_size))
+        assert b.item() == (world_size - 1) * 10
+        assert torch.equal(stacked, torch.arange(world_size, dtype=torch.float32).view(-1, 1, 1).expand(-1, 2, 3))
+        assert objs == [{"rank": r} for r in range(world_size)]
+        assert backend == "gloo" and dev == "cpu"
+        if world_size > 1:
+            assert mismatch is not None and "probe" in mismatch and "rank 0: a=7, first=1" in mismatch
+        else:
+            assert mismatch is None
+
+
+def _init_checks(rank, world_size):
+    """init_distributed under the torchrun-style environment that run_distributed sets."""
+    import torch.distributed as dist
+    from meshshard.testing import _free_port
+
+    assert os.environ["MASTER_ADDR"] == "127.0.0.1" and os.environ["WORLD_SIZE"] == str(world_size)
+    assert msd.is_initialized() and msd.get_backend() == "gloo"
+    assert msd.init_distributed(timeout=3.0) == (rank, world_size)  # a second call is harmless
+    if world_size != 1:
+        return None
+    # A fresh group from the environment, with a timeout in seconds.
+    msd.destroy_distributed()
+    assert not msd.is_initialized()
+    os.environ["MASTER_PORT"] = str(_free_port())
+    assert msd.init_distributed(timeout=7.5) == (0, 1) and msd.get_backend() == "gloo"
+    pg = dist.distributed_c10d._get_default_group()
+    return pg._get_backend(torch.device("cpu")).options._timeout
+
+
+def _rank_main(rank, world_size):
+    pg_timeout = _init_checks(rank, world_size)
+    prims = _primitives(rank, world_size)
+    done, errors = _check_collectives(rank, world_size)
+    return {"timeout": pg_timeout, "primitives": prims, "done": done, "errors": errors}
+
+
+_RESULTS = {}
+
+
+def _results(world_size):
+    """One spawned group per world size, shared by the tests below (run at most once)."""
+    if world_size not in _RESULTS:
+        try:
+            _RESULTS[world_size] = (True, run_distributed(_rank_main, world_size, timeout=200))
+        except Exception as exc:  # noqa: BLE001 - re-raised by every test that needs it
+            _RESULTS[world_size] = (False, exc)
+    ok, value = _RESULTS[world_size]
+    if not ok:
+        raise value
+    return value
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+def test_primitives_and_init(world_size):
+    results = _results(world_size)
+    _check_primitives(world_size, [r["primitives"] for r in results])
+    if world_size == 1:
+        assert results[0]["timeout"] == datetime.timedelta(seconds=7.5)
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_collectives_forward_gradcheck_and_errors(world_size):
-    results = run_distributed(_check_collectives, world_size, timeout=200)
+    results = [(r["done"], r["errors"]) for r in _results(world_size)]
     for rank, (done, errors) in enumerate(results):
         assert len(done) == 2 * 9, done
         for key, err in errors.items():
