@@ -47,7 +47,19 @@ class HaloLayout:
 
 
 def check_edge_index(edge_index: torch.Tensor, num_nodes: int, what: str = "edge_index") -> torch.Tensor:
-    """Validate ``[2, E]`` integer node ids in ``[0, num_nodes)``; return it as a CPU LongTensor."""
+    """Validate ``[2, E]`` integer node ids in ``[0, num_nodes)``; return it as a CPU LongTensor.
+
+    Args:
+        edge_index: ``[2, E]`` integer tensor (or anything ``torch.as_tensor`` takes).
+        num_nodes: ``N``; every id must lie in ``[0, N)``.
+        what: name used in error messages.
+
+    Returns:
+        ``LongTensor [2, E]`` on the CPU.
+
+    Raises:
+        TypeError: non-integer ids. ValueError: wrong shape or ids out of range.
+    """
     if not isinstance(edge_index, torch.Tensor):
         edge_index = torch.as_tensor(edge_index)
     if edge_index.dtype.is_floating_point or edge_index.dtype == torch.bool or edge_index.is_complex():

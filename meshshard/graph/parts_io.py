@@ -194,6 +194,12 @@ def _json_default(o):
 def read_meta(out_dir: PathLike) -> dict:
     """Read ``OUT/meta.json``.
 
+    Args:
+        out_dir: directory written by :func:`save_parts`.
+
+    Returns:
+        The ``meta.json`` dict (keys in this module's docstring).
+
     Raises:
         FileNotFoundError: no ``meta.json`` (not a shard directory, or an interrupted write).
         ValueError: ``meta.json`` is not valid JSON or lacks the required fields.
@@ -214,6 +220,9 @@ def read_meta(out_dir: PathLike) -> dict:
 
 def verify_parts(out_dir: PathLike) -> List[str]:
     """Check every file listed in ``meta.json`` exists and matches its sha256.
+
+    Args:
+        out_dir: directory written by :func:`save_parts`.
 
     Returns:
         Problems found (one line each); an empty list when the directory is intact.
@@ -244,6 +253,12 @@ def verify_parts(out_dir: PathLike) -> List[str]:
 
 def load_part(out_dir: PathLike, rank: int) -> dict:
     """Read part ``rank`` after checking its sha256 against ``meta.json``.
+
+    Reads only ``meta.json`` and ``part_XXXX.pt`` of that rank (never the other parts).
+
+    Args:
+        out_dir: directory written by :func:`save_parts`.
+        rank: the part, ``0 <= rank < num_parts``.
 
     Returns:
         The part dict (keys listed in this module's docstring).

@@ -34,6 +34,7 @@ class ExchangePlan:
 
     @property
     def world_size(self) -> int:
+        """Number of ranks the plan spans."""
         return len(self.send_index)
 
     @property
@@ -48,17 +49,26 @@ class ExchangePlan:
 
     @property
     def num_send(self) -> int:
+        """Rows this rank sends in one exchange (all destinations)."""
         return int(self.send_counts[self.rank].sum())
 
     @property
     def num_recv(self) -> int:
+        """Rows this rank receives in one exchange: its ghost count."""
         return int(self.send_counts[:, self.rank].sum())
 
     def state_dict(self) -> dict:
+        """Tensors to store the plan with a part file (see :meth:`from_state_dict`)."""
         return {"send_index": list(self.send_index), "send_counts": self.send_counts}
 
     @classmethod
     def from_state_dict(cls, rank: int, state: dict) -> "ExchangePlan":
+        """Rebuild rank ``rank``'s plan from :meth:`state_dict` output.
+
+        Args:
+            rank: the rank the plan belongs to.
+            state: ``{"send_index": [W tensors], "send_counts": [W, W]}``.
+        """
         return cls(rank, [torch.as_tensor(t, dtype=torch.long) for t in state["send_index"]],
                    torch.as_tensor(state["send_counts"], dtype=torch.long))
 

@@ -65,6 +65,10 @@ class ShardedGraph:
     :meth:`load` / :meth:`from_part` (each rank reads its part written by
     :func:`meshshard.graph.save_parts`).
 
+    Empty parts are supported: a rank that owns no node (more ranks than a small graph needs, or a
+    partitioner leaving a part empty) has ``num_owned == 0`` and joins every collective with
+    ``[0, F]`` tensors; its ``exchange`` / ``ShardedConv`` outputs are empty.
+
     Attributes:
         rank, world_size, group: this rank, the number of parts, the process group.
         num_owned, num_ghost, num_nodes: owned rows, ghost rows, and their sum (local rows).
@@ -135,7 +139,9 @@ class ShardedGraph:
         Args:
             edge_index: ``LongTensor [2, E]`` global edges, PyG flow (row 0 source, row 1 target).
             partition: :class:`meshshard.partitioners.Partition` of the ``N`` nodes into
-                ``world_size`` parts.
+                ``world_size`` parts; it defines ``N`` (nodes without edges are allowed, so a
+                partition of more nodes than ``edge_index`` mentions is accepted, while an edge id
+                ``>= N`` raises).
             rank: the part to build; defaults to this process's rank in ``group``. Without a
                 process group any ``rank`` of a multi-part partition may be built: an *offline*
                 view (layout and plan for inspection; :meth:`exchange` needs the real ranks).
@@ -281,6 +287,13 @@ class ShardedGraph:
 
         Checks that the parts loaded on the ranks belong together (same ``num_parts``, ``N``,
         halo depth, and part ``r`` on rank ``r``); a mismatch raises on every rank.
+
+        Args:
+            part: the dict of one part (keys in :mod:`meshshard.graph.parts_io`).
+            group: process group with ``part["num_parts"]`` ranks.
+
+        Returns:
+            :class:`ShardedGraph` with ``node_data`` / ``edge_data`` from the part.
         """
         rank, world = msd.get_rank(group), msd.get_world_size(group)
 
@@ -309,8 +322,21 @@ class ShardedGraph:
     def load(cls, out_dir, rank: Optional[int] = None, group=None) -> "ShardedGraph":
         """Read this rank's part from a directory written by :func:`save_parts` (collective).
 
-        Each rank reads only its own ``part_XXXX.pt`` (checksum verified). Features stored with
-        the part are in ``g.node_data`` (owned + ghost rows) and ``g.edge_data`` (local edges).
+        Each rank reads only ``meta.json`` and its own ``part_XXXX.pt`` (checksum verified); the
+        other parts need not even be present on its file system. Features stored with the part are
+        in ``g.node_data`` (owned + ghost rows) and ``g.edge_data`` (local edges).
+
+        Args:
+            out_dir: directory written by :func:`meshshard.graph.save_parts`.
+            rank: part to read (default: this process's rank in ``group``; must equal it).
+            group: process group with ``num_parts`` ranks.
+
+        Returns:
+            :class:`ShardedGraph`.
+
+        Raises:
+            FileNotFoundError / ValueError: on every rank, when any rank's part is missing,
+            corrupt (sha256), or the parts do not belong together.
         """
         from meshshard.graph.parts_io import load_part
 
@@ -376,6 +402,12 @@ class ShardedGraph:
         Returns:
             ``Tensor [num_nodes, *]`` = owned rows then ghost rows (a plain local tensor).
             Differentiable: the gradient of a ghost row is summed into its owner's row.
+
+        Communication: one ``all_to_all_single`` of ``plan.num_send`` rows out and ``num_ghost``
+        rows in, with split sizes from the plan built at construction (nothing about sizes is
+        exchanged per call). By default :mod:`meshshard.distributed.autograd` also checks, in one
+        tiny all-to-all of a few integers, that dtype and trailing shape agree across ranks (a
+        clear error instead of a hang); ``set_validation(False)`` skips that check in hot loops.
         """
         x = self._local_rows(x_owned, "ShardedGraph.exchange")
         if self.world_size == 1:
@@ -383,7 +415,10 @@ class ShardedGraph:
         from meshshard.distributed.autograd import indexed_all_to_all_v
 
         use_fp32 = x.dtype in (torch.float16, torch.bfloat16)
-        ghosts = indexed_all_to_all_v(x, self._device_index(x.device), self.plan.sizes, use_fp32=use_fp32, dim=0, group=self.group)
+        sizes = self._index_cache.get("sizes")
+        if sizes is None:
+            sizes = self._index_cache["sizes"] = self.plan.sizes  # the [W, W] counts, fixed at construction
+        ghosts = indexed_all_to_all_v(x, self._device_index(x.device), sizes, use_fp32=use_fp32, dim=0, group=self.group)
         return torch.cat([x, ghosts], 0)
 
     def _perm_for(self, device) -> Optional[torch.Tensor]:
@@ -409,8 +444,15 @@ class ShardedGraph:
     def all_gather(self, x_owned) -> torch.Tensor:
         """Every rank gets all nodes' rows in original node-id order (collective, differentiable).
 
+        This moves the whole tensor to every rank: use it for output and checks, not inside a
+        layer (:meth:`exchange` moves only ghost rows).
+
+        Args:
+            x_owned: ``Tensor [num_owned, *]`` or a ShardTensor whose local shard is that.
+
         Returns:
-            ``Tensor [N, *]`` (row ``i`` belongs to node ``i``).
+            ``Tensor [N, *]`` (row ``i`` belongs to node ``i``). Backward: every rank's gradient
+            of its copy is summed into the owners' rows.
         """
         x = self._local_rows(x_owned, "ShardedGraph.all_gather")
         from meshshard.distributed.autograd import all_gather_v
@@ -422,9 +464,14 @@ class ShardedGraph:
     def gather(self, x_owned, dst: int = 0) -> Optional[torch.Tensor]:
         """Rank ``dst`` gets all nodes' rows in original node-id order (collective, differentiable).
 
+        Args:
+            x_owned: ``Tensor [num_owned, *]`` or a ShardTensor whose local shard is that.
+            dst: the receiving rank.
+
         Returns:
-            ``Tensor [N, *]`` on ``dst``; on other ranks whatever :func:`gather_v` returns there
-            (not meaningful).
+            ``Tensor [N, *]`` on ``dst``; on every other rank an empty ``Tensor [0, *]`` (same
+            dtype, still part of the autograd graph). Backward: ``dst``'s gradient is scattered
+            back to the owners.
         """
         x = self._local_rows(x_owned, "ShardedGraph.gather")
         from meshshard.distributed.autograd import gather_v
@@ -436,7 +483,14 @@ class ShardedGraph:
         return full.index_select(0, inv)
 
     def to(self, device) -> "ShardedGraph":
-        """Move index tensors used in computation (``edge_index``, ``edge_ids``) to ``device`` (in place)."""
+        """Move index tensors used in computation (``edge_index``, ``edge_ids``) to ``device`` (in place).
+
+        Args:
+            device: target device (e.g. the features' CUDA device).
+
+        Returns:
+            ``self``.
+        """
         self.edge_index = self.edge_index.to(device)
         self.edge_ids = self.edge_ids.to(device)
         return self

@@ -17,7 +17,9 @@ _EXPORTS = {
     "all_reduce_v": "meshshard.distributed.autograd",
     "sharded_knn": "meshshard.ops.knn",
     "sharded_radius_graph": "meshshard.ops.knn",
+    "edge_vectors": "meshshard.ops.knn",
     "ShardedConv": "meshshard.ops.conv",
+    "MeshGraphNetBlock": "meshshard.ops.conv",
 }
 
 __all__ = sorted(_EXPORTS)

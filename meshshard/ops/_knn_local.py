@@ -16,6 +16,7 @@ query of a window of ``m`` nearest, retries included) or points returned by ball
 """
 from __future__ import annotations
 
+import itertools
 from typing import Optional, Tuple
 
 import numpy as np
@@ -117,8 +118,8 @@ def ball_pairs(points: torch.Tensor, queries: torch.Tensor, r: float, tree=None,
         return empty, empty, torch.zeros(0, dtype=torch.float64, device=dev), 0
     if tree is not None:
         lists = tree.query_ball_point(queries.cpu().numpy(), r * (1 + 1e-9) + 1e-300, workers=workers, return_sorted=False)
-        lens = np.fromiter((len(x) for x in lists), dtype=np.int64, count=q)
-        flat = np.fromiter((j for x in lists for j in x), dtype=np.int64, count=int(lens.sum()))
+        lens = np.fromiter(map(len, lists), dtype=np.int64, count=q)
+        flat = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lens.sum()))
         qpos = torch.repeat_interleave(torch.arange(q), torch.from_numpy(lens)).to(dev)
         idx = torch.from_numpy(flat).to(dev)
         work = int(lens.sum())
@@ -187,6 +188,7 @@ class LocalIndex:
 
     @property
     def n(self) -> int:
+        """Number of indexed points."""
         return int(self.points.shape[0])
 
     def knn(self, queries: torch.Tensor, k: int, exclude: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -27,13 +27,13 @@ missed. Communication: one tiny all-gather (sizes, validation), one of the boxes
 from __future__ import annotations
 
 import numbers
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 import numpy as np
 import torch
 
 from meshshard import distributed as msd
-from meshshard.ops._knn_local import LocalIndex, pair_distance, rank_in_group, sort_by_query
+from meshshard.ops._knn_local import LocalIndex, rank_in_group, sort_by_query
 
 __all__ = [
     "sharded_knn",
@@ -79,6 +79,12 @@ def radius_reference(points, r: float, loop: bool = True, max_num_neighbors: Opt
 
     Edges join every pair at distance ``<= r`` (like ``cKDTree.query_ball_point``); with
     ``max_num_neighbors`` only the nearest ones by ``(distance, id)`` are kept per query.
+
+    Args:
+        points: ``[N, d]`` tensor or array, finite.
+        r: radius ``>= 0``.
+        loop: include ``(i, i)`` self edges.
+        max_num_neighbors: ``None`` (all) or the most neighbours kept per query.
 
     Returns:
         ``LongTensor [2, E]`` grouped by query, nearest first.

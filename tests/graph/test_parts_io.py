@@ -23,8 +23,18 @@ def _save(out, brick, **kw):
 
 def test_round_trip(tmp_path, brick):
     pts, ei, part = brick
-    out = _save(tmp_path / "s", brick, halo_hops=2, meta={"source": "brick_tets.su2"})
+    from meshshard._fileutil import sha256_file
+    from meshshard.graph import FORMAT_VERSION
+    from meshshard.partitioners import partition_quality
+
+    out = _save(tmp_path / "s", brick, halo_hops=2, meta={"source": "brick_tets.su2", "source_sha256": "ab" * 32})
     meta = read_meta(out)
+    assert meta["format_version"] == FORMAT_VERSION and meta["source_sha256"] == "ab" * 32
+    quality = partition_quality(part, ei)
+    assert set(meta["quality"]) == set(quality)
+    assert meta["quality"]["edge_cut"] == quality["edge_cut"] and meta["quality"]["ghost_nodes"] == quality["ghost_nodes"]
+    for name, digest in meta["files"].items():
+        assert sha256_file(out / name) == digest
     assert meta["num_parts"] == 3 and meta["num_nodes"] == pts.shape[0] and meta["num_edges"] == ei.shape[1]
     assert meta["dim"] == 3 and meta["halo_hops"] == 2 and meta["method"] == part.method
     assert meta["source"] == "brick_tets.su2" and meta["sizes"] == part.sizes

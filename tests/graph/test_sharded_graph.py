@@ -1,5 +1,8 @@
 """ShardedGraph on 1-4 gloo ranks: layout, k-hop halo, exchange/gather forward and backward,
-from_global_edges, loading parts, and bad input raising on every rank (no hang)."""
+what exchange sends (only ghost rows, plan counts, no size exchange per call), from_global_edges,
+loading parts (each rank reading only its own file), ShardTensor features, empty ranks, and bad
+input raising on every rank (no hang)."""
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -52,7 +55,80 @@ def _check_layout(g, ei, part, hops, rank):
     assert [int(t.numel()) for t in g.send_index] == g.plan.send_counts[rank].tolist()
 
 
-def _graph_rank(rank, world, data_dir, parts_dir, bad_dir):
+@contextlib.contextmanager
+def _spy_collectives():
+    """Record every torch.distributed call made while the block runs: (name, detail)."""
+    import torch.distributed as dist
+
+    import meshshard.distributed.autograd as msa
+    import meshshard.distributed.comm as comm
+
+    calls = []
+    patched = []
+
+    def wrap(owner, name):
+        real = getattr(owner, name)
+
+        def spy(*args, **kwargs):
+            if name == "all_to_all_single":
+                inp = args[1]
+                calls.append((name, tuple(inp.shape), list(kwargs["input_split_sizes"]), list(kwargs["output_split_sizes"])))
+            else:
+                calls.append((name,))
+            return real(*args, **kwargs)
+
+        setattr(owner, name, spy)
+        patched.append((owner, name, real))
+
+    for name in ("all_to_all_single", "all_gather", "all_gather_object", "all_reduce", "broadcast", "barrier",
+                 "batch_isend_irecv", "isend", "irecv", "send", "recv", "gather", "scatter"):
+        if hasattr(dist, name):
+            wrap(dist, name)
+    wrap(comm, "_all_gather_single")
+    for name in ("isend_op", "irecv_op"):
+        wrap(msa, name)
+    try:
+        yield calls
+    finally:
+        for owner, name, real in reversed(patched):
+            setattr(owner, name, real)
+
+
+def _check_exchange_traffic(g, x, rank, world):
+    """exchange sends plan.num_send rows out and num_ghost rows in, in one all-to-all with the plan's
+    split sizes; backward is the transposed one; nothing else crosses the wire (validation off),
+    and with validation on only one small check whose size does not depend on the features."""
+    from meshshard.distributed.autograd import set_validation
+
+    plan = g.plan
+    send = plan.send_counts[rank].tolist()
+    recv = plan.send_counts[:, rank].tolist()
+    assert sum(recv) == g.num_ghost and sum(send) == plan.num_send
+    previous = set_validation(False)
+    try:
+        for feats in (3, 5):
+            xo = x[g.owned_ids, :1].repeat(1, feats).clone().requires_grad_()
+            with _spy_collectives() as fwd:
+                xe = g.exchange(xo)
+            assert fwd == [("all_to_all_single", (plan.num_send, feats), send, recv)], fwd
+            with _spy_collectives() as bwd:
+                xe.sum().backward()
+            assert bwd == [("all_to_all_single", (g.num_ghost, feats), recv, send)], bwd
+    finally:
+        set_validation(previous)
+    shapes = []
+    for feats in (3, 5):
+        with _spy_collectives() as checked:
+            g.exchange(x[g.owned_ids, :1].repeat(1, feats))
+        data = [c for c in checked if len(c) == 4 and c[1][1:] == (feats,) and c[2] == send]
+        other = [c for c in checked if c not in data]
+        assert len(data) == 1 and len(other) == 1 and other[0][0] == "all_to_all_single", checked
+        assert other[0][1][0] <= 64 * world, other  # a handful of integers per rank
+        shapes.append(other[0][1])
+    assert shapes[0] == shapes[1], shapes  # the check is a fixed-size vector of a few integers
+
+
+def _graph_rank(rank, world, data_dir, parts_dir, bad_dir, own_dirs):
     import meshshard as ms
     from meshshard.distributed import CollectiveMismatchError
     from meshshard.partitioners import Partition
@@ -78,6 +154,8 @@ def _graph_rank(rank, world, data_dir, parts_dir, bad_dir):
             assert torch.equal(xe, x[g.global_ids])
             (xe * w[g.global_ids]).sum().backward()
             out[(method, hops)] = (g.global_ids, xo.grad)
+        if world > 1 and method == "hilbert":
+            _check_exchange_traffic(g, x, rank, world)
         # Gather / all-gather return rows in original node order, and their gradients.
         xo = x[g.owned_ids].clone().requires_grad_()
         full = g.all_gather(xo)
@@ -90,6 +168,7 @@ def _graph_rank(rank, world, data_dir, parts_dir, bad_dir):
             assert torch.equal(got, x)
             (got * w).sum().backward()
         else:
+            assert got.shape == (0, 3)
             got.sum().backward()
         assert torch.equal(xo.grad, w[g.owned_ids])
 
@@ -127,15 +206,53 @@ def _graph_rank(rank, world, data_dir, parts_dir, bad_dir):
     assert torch.equal(g3.exchange(x[g3.owned_ids]), x[g3.global_ids])
     assert torch.equal(g3.all_gather(x[g3.owned_ids]), x)
 
-    # -- ShardTensor node features: exchange works on the local shard ----------------------
-    try:
-        from meshshard.tensor import ShardTensor
-    except ImportError:
-        ShardTensor = None
-    if ShardTensor is not None and hasattr(ShardTensor, "from_local"):
-        mesh = ms.init_device_mesh("cpu", (world,))
-        st = ShardTensor.from_local(x[g3.owned_ids], mesh, (ms.Shard(0),), sharding_shapes={0: [(s, 3) for s in g3.sizes]})
-        assert torch.equal(g3.exchange(st), x[g3.global_ids])
+    # -- a rank holding only meta.json and its own part file ------------------------------
+    g4 = ShardedGraph.load(own_dirs[rank])
+    assert sorted(p.name for p in Path(own_dirs[rank]).iterdir()) == ["meta.json", f"part_{rank:04d}.pt"]
+    assert torch.equal(g4.global_ids, g3.global_ids) and torch.equal(g4.edge_index, g3.edge_index)
+    assert torch.equal(g4.exchange(x[g4.owned_ids]), x[g4.global_ids])
+    assert torch.equal(g4.all_gather(x[g4.owned_ids]), x)
+
+    # -- ShardTensor node features: exchange / gathers use the local shard, gradients reach it --
+    from meshshard.tensor import ShardTensor
+
+    mesh = ms.init_device_mesh("cpu", (world,))
+    xo = x[g3.owned_ids].clone().requires_grad_()
+    st = ShardTensor.from_local(xo, mesh, (ms.Shard(0),), sharding_shapes={0: [(s, 3) for s in g3.sizes]})
+    xe = g3.exchange(st)
+    assert type(xe) is torch.Tensor and torch.equal(xe, x[g3.global_ids])
+    (xe * w[g3.global_ids]).sum().backward()
+    grad_exchange = xo.grad.clone()
+    xo.grad = None
+    assert torch.equal(g3.all_gather(st), x)
+    got = g3.gather(st, dst=0)
+    assert torch.equal(got, x) if rank == 0 else got.shape == (0, 3)
+    out["shardtensor"] = (g3.global_ids, grad_exchange)
+
+    # -- empty ranks: a part with no owned node, and a 3-node graph on up to 4 ranks ---------
+    if world >= 2:
+        base = make_partition(pts, ei, world - 1, "kdtree").assignment if world > 2 else torch.zeros(n, dtype=torch.long)
+        empty = Partition(base + (base >= 1).long(), world)  # rank 1 owns nothing
+        for hops in (1, 2):
+            ge = ShardedGraph.from_partition(ei, empty, halo_hops=hops)
+            assert (ge.num_owned == 0) == (rank == 1)
+            assert ge.num_ghost == 0 if rank == 1 else ge.num_ghost > 0 or world == 2
+            _check_layout(ge, ei, empty, hops, rank)
+            xo = x[ge.owned_ids].clone().requires_grad_()
+            xe = ge.exchange(xo)
+            assert torch.equal(xe, x[ge.global_ids])
+            (xe * w[ge.global_ids]).sum().backward()
+            out[("empty", hops)] = (ge.global_ids, xo.grad)
+        assert torch.equal(ge.all_gather(x[ge.owned_ids]), x)
+        got = ge.gather(x[ge.owned_ids], dst=1)  # the empty rank receives everything
+        assert torch.equal(got, x) if rank == 1 else got.shape == (0, 3)
+    path = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    tiny = Partition(torch.tensor([world - 1, 0, world - 1]), world)  # ranks 1..W-2 own nothing
+    gt = ShardedGraph.from_partition(path, tiny, halo_hops=2)
+    xt = torch.arange(3, dtype=torch.float64).view(3, 1) + 10
+    assert torch.equal(gt.exchange(xt[gt.owned_ids]), xt[gt.global_ids])
+    assert torch.equal(gt.all_gather(xt[gt.owned_ids]), xt)
+    assert gt.num_owned == tiny.sizes[rank]
 
     # -- bad input: the same clear error on every rank, then the group still works ----------
     g = ShardedGraph.from_partition(ei, part, halo_hops=1)
@@ -176,6 +293,8 @@ def _graph_rank(rank, world, data_dir, parts_dir, bad_dir):
 
 @pytest.mark.parametrize("world", WORLD_SIZES)
 def test_sharded_graph(world, data_dir, tmp_path):
+    import shutil
+
     import meshshard as ms
     from meshshard.graph import save_parts
 
@@ -192,7 +311,16 @@ def test_sharded_graph(world, data_dir, tmp_path):
     data[len(data) // 2] ^= 0xFF
     victim.write_bytes(bytes(data))
 
-    results = run_distributed(_graph_rank, world, args=(str(data_dir), str(parts_dir), str(bad_dir)), timeout=TIMEOUT)
+    own_dirs = []  # rank r sees only meta.json and part_r: proves it reads nothing else
+    for r in range(world):
+        d = tmp_path / f"rank{r}"
+        d.mkdir()
+        shutil.copy(parts_dir / "meta.json", d)
+        shutil.copy(parts_dir / f"part_{r:04d}.pt", d)
+        own_dirs.append(str(d))
+
+    results = run_distributed(_graph_rank, world, args=(str(data_dir), str(parts_dir), str(bad_dir), own_dirs),
+                              timeout=TIMEOUT)
     # Exchange backward: a ghost's gradient is summed into its owner, as in a single process
     # where every rank's local rows are gathered from the whole tensor.
     for key in results[0]:
