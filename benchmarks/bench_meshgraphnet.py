@@ -6,10 +6,20 @@
 
 Per world size P it reports, for the worst rank: the peak memory of the training step (peak RSS
 during the step minus RSS before it, i.e. activations + gradients + temporaries; Linux VmHWM reset
-through /proc/self/clear_refs) as a fraction of the single-process peak (target <= 1/P + 0.1), the
+through /proc/self/clear_refs; freed heap given back with malloc_trim before) as a fraction of the
+single-process peak (target <= 1/P + 0.1), the
 time per step (forward + backward + gradient all-reduce + Adam), and the fraction of it spent in
 halo exchanges (forward and backward, timed around ``ShardedGraph.exchange``) and the gradient
 all-reduce. The baseline P = 1 is measured in the same run, in the same kind of process.
+
+Memory: one float32 step needs about ``192 * N * hidden * layers`` bytes of activations on a gmsh
+triangle mesh (about 6 directed edges per node), about ``46 * N * hidden * layers`` with
+``--checkpoint`` (measured at 8k nodes: 360 and 87 KiB per node at hidden 128, 15 layers). At
+500k nodes that is ~172 GiB (~42 GiB with --checkpoint) for P = 1; the script stops early, with
+this estimate, when it exceeds the machine's available memory (``--force`` runs anyway).
+The ranks run with ``MALLOC_MMAP_THRESHOLD_=131072`` so that large tensors are mmapped and freed
+memory leaves the RSS at once (glibc's heap otherwise keeps it and the RSS peak overstates the
+live peak by up to ~40% at small sizes).
 """
 from __future__ import annotations
 
@@ -38,6 +48,17 @@ def _hwm_kb() -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1])
     return 0
+
+
+def _malloc_trim() -> None:
+    """Give memory that glibc keeps after free() back to the OS, so RSS counts live memory only
+    (otherwise a warm-up step's freed activations stay resident and hide the next step's peak)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _reset_hwm() -> bool:
@@ -89,6 +110,25 @@ def _timed_exchange(exchange, timer: _Timer):
     return wrapped
 
 
+BYTES_PER_NODE_HIDDEN_LAYER = {False: 192.0, True: 46.0}  # measured, float32, ~6 directed edges per node
+
+
+def estimate_step_bytes(nodes: int, hidden: int, layers: int, checkpoint: bool) -> float:
+    """Rough peak memory of one single-process float32 training step (activations + temporaries)."""
+    return BYTES_PER_NODE_HIDDEN_LAYER[bool(checkpoint)] * nodes * hidden * max(layers, 1)
+
+
+def _available_bytes() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024.0
+    except OSError:
+        pass
+    return float("inf")
+
+
 def _rank(rank, world, shard_dir, cfg):
     import meshshard as ms
     from meshshard.models import MeshGraphNet, global_mse_loss
@@ -119,6 +159,7 @@ def _rank(rank, world, shard_dir, cfg):
     for _ in range(cfg["warmup"]):
         step()
     gc.collect()
+    _malloc_trim()
     ms.distributed.barrier()
     rss0 = _rss_kb()
     hwm_ok = _reset_hwm()
@@ -143,6 +184,7 @@ def main(argv=None) -> int:
     p.add_argument("--method", default="kdtree")
     p.add_argument("--checkpoint", action="store_true", help="activation checkpointing per processor block")
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="threads shared by the ranks")
+    p.add_argument("--force", action="store_true", help="run even when the memory estimate exceeds available memory")
     args = p.parse_args(argv)
     cfg = dict(nodes=6000, hidden=64, layers=4, warmup=1) if args.quick else dict(nodes=500000, hidden=128, layers=15, warmup=0)
     for k in ("nodes", "hidden", "layers"):
@@ -150,6 +192,16 @@ def main(argv=None) -> int:
             cfg[k] = getattr(args, k)
     cfg.update(steps=args.steps, checkpoint=args.checkpoint, cores=args.cores)
     worlds = [int(w) for w in args.worlds.split(",")]
+    need = estimate_step_bytes(cfg["nodes"], cfg["hidden"], cfg["layers"], cfg["checkpoint"])
+    avail = _available_bytes()
+    print(f"estimated single-process step memory: {need / 2**30:.1f} GiB (available {avail / 2**30:.1f} GiB)", flush=True)
+    if need > 0.85 * avail and not args.force:
+        fit = int(0.85 * avail / estimate_step_bytes(1, cfg["hidden"], cfg["layers"], cfg["checkpoint"]))
+        print(f"stopping: the P=1 step would not fit; about {fit:,} nodes fit here at hidden {cfg['hidden']}, "
+              f"{cfg['layers']} layers{' with' if cfg['checkpoint'] else ' without'} --checkpoint "
+              f"(pass --nodes, --checkpoint, or --force)", file=sys.stderr)
+        return 3
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")  # inherited by the spawned ranks
 
     import meshshard as ms
     from meshshard.datasets import DatasetStats, sample_moments

@@ -33,29 +33,38 @@ def main(argv=None) -> int:
     import matplotlib.pyplot as plt
 
     import meshshard as ms
-    from meshshard.viz import plot_partition
+    from meshshard.viz import mesh_zoom_box, plot_partition
 
     mesh = ms.read_mesh(args.mesh)
     ei = mesh.edge_index()
     print(f"{Path(args.mesh).name}: {mesh.num_nodes} nodes, {ei.shape[1]} directed edges, {args.num_parts} parts")
     cols = ["edge_cut", "imbalance", "ghost_nodes", "ghost_fraction", "comm_volume", "max_neighbor_ranks"]
     print(f"{'method':<8} " + " ".join(f"{c:>18}" for c in cols) + f" {'seconds':>8}")
-    parts = {}
+    parts, quality = {}, {}
     for method in METHODS:
         t0 = time.perf_counter()
         part = ms.partition(mesh.points, args.num_parts, method=method, edge_index=ei, seed=0)
         dt = time.perf_counter() - t0
         q = ms.partition_quality(part, ei)
-        parts[method] = part
+        parts[method], quality[method] = part, q
         cells = []
         for c in cols:
             v = q.get(c, float("nan"))
             cells.append(f"{v:>18.4f}" if isinstance(v, float) and not float(v).is_integer() else f"{int(v):>18d}")
         print(f"{method:<8} " + " ".join(cells) + f" {dt:>8.3f}")
 
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8))
-    for ax, method in zip(axes.ravel(), METHODS):
-        plot_partition(mesh, parts[method], edge_index=ei, show_ghosts=True, ax=ax, title=method)
+    # One column per method; a second row zooms on the finest cells (e.g. an airfoil in a far field).
+    box = mesh_zoom_box(mesh)
+    rows = 2 if box is not None else 1
+    fig, axes = plt.subplots(rows, len(METHODS), figsize=(4.5 * len(METHODS), 4.2 * rows), squeeze=False)
+    for col, method in enumerate(METHODS):
+        q = quality[method]
+        plot_partition(mesh, parts[method], edge_index=ei, show_ghosts=True, ax=axes[0, col],
+                       title=f"{method}: edge cut {int(q['edge_cut'])}, imbalance {float(q['imbalance']):.3f}\n"
+                             f"{int(q['ghost_nodes'])} ghost nodes (black)")
+        if box is not None:
+            plot_partition(mesh, parts[method], edge_index=ei, show_ghosts=True, ax=axes[1, col], zoom=box,
+                           title=f"{method}: zoom")
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
     print(f"figure: {args.out}")

@@ -91,8 +91,6 @@ def _rank_entry(rank, world, args):
 
 
 def report(results, args):
-    import torch
-
     n = sum(r["owned"] for r in results)
     print(f"{n} points, k={args.k}, {len(results)} ranks; MeshGraphNet hidden={args.hidden} layers={args.layers} (float64)")
     for r in results:

@@ -23,6 +23,7 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The top-level parser (commands only; each command's options are added when it runs)."""
     from meshshard import __version__
 
     parser = argparse.ArgumentParser(
@@ -39,6 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run ``meshshard COMMAND ...``.
+
+    Args:
+        argv: the arguments after the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        the exit status: 0 on success, 1 for a damaged shard folder (``info``), 2 for bad input
+        (the message, starting ``meshshard COMMAND: error:``, goes to stderr), 130 when interrupted.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if not argv or argv[0] not in COMMANDS:

@@ -14,11 +14,17 @@ METHODS = ("kdtree", "morton", "hilbert", "graph")
 
 
 def progress(total: int, desc: str, enabled: bool = True):
-    """A tqdm bar on stderr over the steps of a command."""
+    """A tqdm bar on stderr over the steps of a command.
+
+    Args:
+        total: number of steps.
+        desc: the command's name; ``bar.set_postfix_str(step)`` names the current step.
+        enabled: False for ``-q``.
+    """
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=desc, disable=not enabled, file=sys.stderr, leave=False,
-               bar_format="{desc} [step {n_fmt}/{total_fmt}, {elapsed}]")
+    bar = tqdm(total=total, desc=f"{desc}: starting", disable=not enabled, file=sys.stderr, leave=False,
+               bar_format="{desc}[step {n_fmt}/{total_fmt}, {elapsed}]")
     # the steps name themselves in the description ("meshshard plot: reading x.su2")
     bar.set_postfix_str = lambda s, refresh=True: bar.set_description(f"{desc}: {s}", refresh=refresh)
     return bar
@@ -26,6 +32,11 @@ def progress(total: int, desc: str, enabled: bool = True):
 
 def load_mesh_and_graph(path, knn: int, bar=None):
     """Read a mesh (or point cloud) and build its node graph.
+
+    Args:
+        path: mesh or point-cloud file.
+        knn: neighbours per point for a point cloud (a file without cells).
+        bar: optional :func:`progress` bar.
 
     Returns:
         (mesh, edge_index [2, E], graph_info dict for meta.json)
@@ -55,7 +66,15 @@ def load_mesh_and_graph(path, knn: int, bar=None):
 
 
 def run_partition(mesh, edge_index, num_parts: int, method: str, seed: int, refine: bool, bar=None):
-    """Partition the mesh nodes with :func:`meshshard.partitioners.partition`."""
+    """Partition the mesh nodes with :func:`meshshard.partitioners.partition`.
+
+    Args:
+        mesh: the mesh; edge_index: its graph ``[2, E]``; num_parts: ``-k``; method: ``-m``;
+        seed: partitioner seed; refine: boundary refinement of geometric cuts; bar: optional bar.
+
+    Raises:
+        ValueError: ``num_parts`` < 1 or larger than the node count, or an unknown method.
+    """
     if num_parts < 1:
         raise ValueError(f"-k/--num-parts must be >= 1, got {num_parts}")
     if num_parts > mesh.num_nodes:
@@ -74,7 +93,13 @@ def run_partition(mesh, edge_index, num_parts: int, method: str, seed: int, refi
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence], align: Optional[str] = None) -> str:
-    """A plain-text table; numbers right-aligned, text left-aligned."""
+    """A plain-text table; numbers right-aligned, text left-aligned.
+
+    Args:
+        headers: column names.
+        rows: rows of values (ints get thousands separators, floats 4 significant digits).
+        align: one ``l`` / ``r`` per column (default: by content).
+    """
     rows = [[_fmt(v) for v in r] for r in rows]
     cols = list(zip(*([list(headers)] + rows))) if rows else [[h] for h in headers]
     widths = [max(len(str(c)) for c in col) for col in cols]
@@ -90,7 +115,11 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence], align: Option
 
 
 def format_quality(quality: Optional[dict]) -> str:
-    """The partition quality report as a two-column table (lists shown as min / max)."""
+    """The partition quality report as a two-column table (lists shown as min / max).
+
+    Args:
+        quality: :func:`meshshard.partition_quality`'s dict (or None).
+    """
     if not quality:
         return "(no quality report)"
     rows: List[Tuple[str, str]] = []

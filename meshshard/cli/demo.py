@@ -15,6 +15,8 @@ from pathlib import Path
 
 HELP = "partition a real CFD mesh, train MeshGraphNet sharded (2 processes) vs. single-process, compare"
 
+__all__ = ["HELP", "add_arguments", "run", "find_cfd_file", "DATA_FILE", "PRESETS"]
+
 DATA_FILE = "cylinder_crossflow_re35.vtu"
 FEATURES = ["velocity[0,1]"]
 TARGETS = ["pressure"]
@@ -25,6 +27,11 @@ PRESETS = {  # chosen to finish in well under 2 minutes on 2 CPU cores
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's options to ``parser``.
+
+    Args:
+        parser: the command's ``argparse`` parser.
+    """
     parser.add_argument("--quick", action="store_true", help="smaller model and fewer steps (a smoke test)")
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps (default 20, quick 5)")
     parser.add_argument("--hidden", type=int, default=None, help="MeshGraphNet width (default 32, quick 16)")
@@ -40,16 +47,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="meshshard_demo", help="output folder (default ./meshshard_demo)")
 
 
-def find_cfd_file() -> Path | None:
-    """``$MESHSHARD_DATA/cylinder_crossflow_re35.vtu`` (or ``$MESHSHARD_DATA`` itself), else
-    ``../shared/data/`` beside the checkout; ``None`` when neither exists."""
-    env = os.environ.get("MESHSHARD_DATA")
+def find_cfd_file(env: str | None = None, package_file: str | os.PathLike | None = None,
+                  cwd: str | os.PathLike | None = None) -> Path | None:
+    """Where the demo's CFD file is, or ``None`` (then the demo meshes one with gmsh).
+
+    Looked for, in order:
+
+    1. ``$MESHSHARD_DATA``: the file itself, or ``$MESHSHARD_DATA/cylinder_crossflow_re35.vtu``;
+    2. ``shared/data/`` beside the checkout the package was imported from (a clone or an editable
+       install: ``<clone>/../shared/data``);
+    3. ``../shared/data/`` and ``./shared/data/`` from the working directory (a package installed
+       into site-packages from a clone, run from the clone's root).
+
+    Args:
+        env: the value of ``MESHSHARD_DATA`` (default: read from the environment).
+        package_file: this module's file (default ``__file__``; tests point it elsewhere).
+        cwd: the working directory (default ``Path.cwd()``).
+
+    Returns:
+        the file's path, or ``None`` when none of the places has it.
+    """
+    env = os.environ.get("MESHSHARD_DATA") if env is None else env
+    package_file = Path(package_file if package_file is not None else __file__).resolve()
+    cwd = Path(cwd) if cwd is not None else Path.cwd()
     cands = []
     if env:
         p = Path(env)
         cands += [p] if p.is_file() else [p / DATA_FILE]
-    cands.append(Path(__file__).resolve().parents[3] / "shared" / "data" / DATA_FILE)
-    cands.append(Path.cwd().parent / "shared" / "data" / DATA_FILE)
+    if len(package_file.parents) > 3:  # <checkout>/meshshard/cli/demo.py -> <checkout>/../shared/data
+        cands.append(package_file.parents[3] / "shared" / "data" / DATA_FILE)
+    cands += [cwd.parent / "shared" / "data" / DATA_FILE, cwd / "shared" / "data" / DATA_FILE]
     for c in cands:
         if c.is_file():
             return c
@@ -107,6 +134,14 @@ def _sharded_rank(rank, world_size, root, cfg):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Partition, train on 1 process and on ``--ranks`` processes, print both loss curves, plot.
+
+    Args:
+        args: the parsed options.
+
+    Returns:
+        the exit status (0).
+    """
     import torch
 
     from meshshard.datasets import MeshDataset, preprocess_dataset, read_dataset_meta
@@ -185,13 +220,13 @@ def run(args: argparse.Namespace) -> int:
         matplotlib.use("Agg")
         from meshshard.io import read_mesh
         from meshshard.partitioners import Partition
-        from meshshard.viz import plot_partition
+        from meshshard.viz import plot_partition_summary
 
         mesh = read_mesh(src)
         part = Partition.load(sample_dir / "partition.pt")
         png = out / "partition.png"
-        plot_partition(mesh, part, edge_index=data.edge_index, show_ghosts=True, path=png,
-                       title=f"{src.name}: {args.method} partition into {args.ranks} parts")
+        plot_partition_summary(mesh, part, edge_index=data.edge_index, quality=q or None, path=png,
+                               title=f"{src.name}: {args.method} partition into {args.ranks} parts")
         print(f"partition plot: {png}")
     except ImportError as exc:  # viz is optional for the comparison itself
         print(f"(no partition plot: {exc})")

@@ -8,25 +8,42 @@ from pathlib import Path
 
 from meshshard.cli._mesh_cmd import format_quality, format_table
 
-HELP = "show the sizes and quality report of a shard folder and verify its checksums"
+HELP = ("show the sizes and quality report of a shard folder (meshshard partition) or a dataset "
+        "(meshshard preprocess) and verify its checksums")
 
 __all__ = ["HELP", "add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's options to ``parser``.
+
+    Args:
+        parser: the command's ``argparse`` parser.
+    """
     parser.add_argument("out", metavar="OUT", help="shard folder written by `meshshard partition` or `preprocess`")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Verify, then print the tables; exit 1 naming every damaged file.
+
+    Args:
+        args: the parsed options.
+
+    Returns:
+        the exit status.
+    """
     from tqdm import tqdm
 
+    from meshshard.datasets import is_dataset_dir
     from meshshard.graph import load_part, read_meta, verify_parts
 
     out = Path(args.out)
     if not out.is_dir():
-        raise FileNotFoundError(f"{out} is not a folder (expected a shard folder with meta.json)")
+        raise FileNotFoundError(f"{out} is not a folder (expected a shard folder or dataset with meta.json)")
+    if is_dataset_dir(out):
+        return _dataset_info(out, args)
     meta = read_meta(out)
     problems = verify_parts(out)
     if problems:
@@ -74,4 +91,56 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_quality(meta.get("quality")))
     print(f"\nchecksums: all {len(meta['files'])} files OK")
+    return 0
+
+
+def _dataset_info(out: Path, args: argparse.Namespace) -> int:
+    """``info`` of a folder written by ``meshshard preprocess``: samples, parts, statistics."""
+    from meshshard.datasets import read_dataset_meta, verify_dataset
+    from meshshard.graph import read_meta
+
+    meta = read_dataset_meta(out)
+    problems = verify_dataset(out, progress=not (args.quiet or args.json))
+    if problems:
+        for p in problems:
+            print(f"meshshard info: error: {out}/{p}", file=sys.stderr)
+        print(f"meshshard info: {out} is damaged ({len(problems)} problem(s)); re-run `meshshard preprocess` "
+              "with the same arguments to rewrite the damaged samples", file=sys.stderr)
+        return 1
+    rows = []
+    for s in meta["samples"]:
+        sm = read_meta(out / s["dir"])
+        q = sm.get("quality") or {}
+        sizes = sm["sizes"]
+        rows.append({
+            "sample": s["dir"],
+            "nodes": sm["num_nodes"],
+            "edges": sm["num_edges"],
+            "min part": min(sizes),
+            "max part": max(sizes),
+            "edge cut": q.get("edge_cut", "?"),
+            "ghosts": q.get("ghost_nodes", "?"),
+            "KiB": round(sum((out / s["dir"] / f).stat().st_size for f in sm["files"]) / 1024, 1),
+        })
+    if args.json:
+        print(json.dumps({"meta": meta, "samples": rows, "verified": True}, indent=2))
+        return 0
+    n_files = sum(len(s["files"]) + 1 for s in meta["samples"])
+    print(f"{out}: preprocessed dataset (format v{meta['format_version']}), {meta['num_samples']} sample(s), "
+          f"{meta['num_parts']} parts each; method {meta['method']}, halo hops {meta['halo_hops']}, "
+          f"stored as {meta['dtype']}")
+    print(f"features {meta['features']} -> x columns {meta['feature_columns']}; targets {meta['targets']} -> "
+          f"y columns {meta['target_columns']}; node types {['interior'] + list(meta['node_types'])}")
+    print()
+    headers = ["sample", "nodes", "edges", "min part", "max part", "edge cut", "ghosts", "KiB"]
+    print(format_table(headers, [[row[h] for h in headers] for row in rows]))
+    print()
+    stat_rows = []
+    for key, cols in (("x", meta["feature_columns"]), ("y", meta["target_columns"]),
+                      ("edge_attr", [f"rel_{i}" for i in range(len(meta["stats"]["edge_attr"]["mean"]) - 1)] + ["norm"])):
+        st = meta["stats"][key]
+        for c, m, sd in zip(cols, st["mean"], st["std"]):
+            stat_rows.append([f"{key}: {c}", float(m), float(sd), int(st["count"])])
+    print(format_table(["statistics (whole dataset)", "mean", "std", "count"], stat_rows, align="lrrr"))
+    print(f"\nchecksums: all {n_files} files of {len(rows)} sample(s) OK")
     return 0

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -14,10 +16,61 @@ from meshshard.cli._mesh_cmd import (METHODS, format_quality, format_table, load
 
 HELP = "split a mesh or point cloud into shards and write them (DESIGN.md's format)"
 
-__all__ = ["HELP", "add_arguments", "run"]
+__all__ = ["HELP", "add_arguments", "run", "check_shard_dir"]
+
+_SHARD_FILE = re.compile(r"^(meta\.json|partition\.pt|part_\d{4,}\.pt)$")
+
+
+def check_shard_dir(out: Path) -> None:
+    """Refuse an output folder that holds something other than a shard folder.
+
+    Accepted: a missing or empty folder, or one written by ``meshshard partition`` before (it is
+    overwritten). Refused: a file, a preprocessed dataset (``meshshard preprocess``), a folder
+    with other files.
+
+    Args:
+        out: the ``-o`` folder.
+
+    Raises:
+        ValueError: naming what is there.
+    """
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"-o {out} exists and is not a folder")
+    meta = out / "meta.json"
+    if meta.exists():
+        try:
+            d = json.loads(meta.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            d = None
+        if isinstance(d, dict) and d.get("format") == "meshshard-dataset":
+            raise ValueError(f"-o {out} holds a dataset written by `meshshard preprocess`, a different format; "
+                             "choose another output folder")
+        if not (isinstance(d, dict) and "num_parts" in d and "files" in d):
+            raise ValueError(f"-o {out} holds a meta.json that is not a meshshard shard folder's; "
+                             "choose another output folder")
+    other = sorted(p.name for p in out.iterdir() if not p.name.startswith(".") and not _SHARD_FILE.match(p.name))
+    if other:
+        shown = ", ".join(other[:5]) + (", ..." if len(other) > 5 else "")
+        raise ValueError(f"-o {out} exists and holds files that are not shards ({shown}); choose another "
+                         "output folder (or an empty one)")
+
+
+def _remove_stale_parts(out: Path, num_parts: int) -> None:
+    """Delete part files of an earlier run with more parts (meta.json no longer lists them)."""
+    for p in out.glob("part_*.pt"):
+        m = re.match(r"^part_(\d+)\.pt$", p.name)
+        if m and int(m.group(1)) >= num_parts:
+            p.unlink()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's options to ``parser``.
+
+    Args:
+        parser: the command's ``argparse`` parser.
+    """
     parser.add_argument("mesh", metavar="MESH", help="mesh file (.su2 .vtu .vtk .msh ...) or point cloud (.npz with "
                         "'points', .npy)")
     parser.add_argument("-k", "--num-parts", type=int, required=True, metavar="N", help="number of shards")
@@ -37,6 +90,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Read, partition, write the shard folder, print the sizes and quality report.
+
+    Args:
+        args: the parsed options.
+
+    Returns:
+        the exit status.
+    """
     from meshshard._fileutil import sha256_file
     from meshshard.graph import read_meta, save_parts
 
@@ -44,8 +105,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--halo-hops must be >= 1, got {args.halo_hops}")
     src = Path(args.mesh)
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"-o {out} exists and is not a folder")
+    check_shard_dir(out)
     t0 = time.perf_counter()
     with progress(3, "meshshard partition", not args.quiet) as bar:
         mesh, edge_index, graph_info = load_mesh_and_graph(src, args.knn, bar)
@@ -70,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     save_parts(out, edge_index, part, node_data=node_data, halo_hops=args.halo_hops, meta=meta,
                progress=not args.quiet)
     info = read_meta(out)
+    _remove_stale_parts(out, part.num_parts)
     elapsed = time.perf_counter() - t0
 
     sizes = list(part.sizes)

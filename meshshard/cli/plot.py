@@ -14,8 +14,14 @@ _SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's options to ``parser``.
+
+    Args:
+        parser: the command's ``argparse`` parser.
+    """
     parser.add_argument("source", metavar="MESH_OR_OUT", help="a mesh / point-cloud file (partitioned on the fly "
-                        "with -k/-m) or a shard folder written by `meshshard partition`")
+                        "with -k/-m), a shard folder written by `meshshard partition`, or a dataset folder written "
+                        "by `meshshard preprocess` (see --sample)")
     parser.add_argument("-o", "--out", required=True, metavar="FILE", help="image to write (.png .pdf .svg .jpg)")
     parser.add_argument("-k", "--num-parts", type=int, metavar="N", help="parts, when MESH_OR_OUT is a mesh file")
     parser.add_argument("-m", "--method", choices=METHODS, default="kdtree", help="partitioner for a mesh file "
@@ -26,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: 8; a shard folder uses the k it was made with)")
     parser.add_argument("--mesh", metavar="PATH", help="for a shard folder: the mesh file, when it moved since "
                         "partitioning (its sha256 must match meta.json)")
+    parser.add_argument("--sample", type=int, default=0, metavar="I", help="for a dataset folder: the sample to draw "
+                        "(default: 0)")
     parser.add_argument("--no-ghosts", action="store_true", help="do not mark ghost nodes")
     zoom = parser.add_mutually_exclusive_group()
     zoom.add_argument("--zoom", type=float, nargs=4, metavar=("XMIN", "XMAX", "YMIN", "YMAX"),
@@ -36,6 +44,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Load or partition, then draw the summary figure (views, zoom, part sizes, quality).
+
+    Args:
+        args: the parsed options.
+
+    Returns:
+        the exit status.
+    """
     from meshshard.viz import plot_partition_summary
 
     out = Path(args.out)
@@ -46,6 +62,14 @@ def run(args: argparse.Namespace) -> int:
     src = Path(args.source)
     if not src.exists():
         raise FileNotFoundError(f"{src} not found (expected a mesh file or a shard folder)")
+
+    from meshshard.datasets import is_dataset_dir, read_dataset_meta
+
+    if src.is_dir() and is_dataset_dir(src):
+        samples = read_dataset_meta(src)["samples"]
+        if not -len(samples) <= args.sample < len(samples):
+            raise ValueError(f"--sample {args.sample}: {src} has {len(samples)} sample(s)")
+        src = src / samples[args.sample]["dir"]
 
     with progress(4, "meshshard plot", not args.quiet) as bar:
         if src.is_dir():
@@ -95,7 +119,7 @@ def _from_shards(folder: Path, args, bar):
         raise FileNotFoundError(f"{part_file} missing")
     if meta["files"].get("partition.pt") != sha256_file(part_file):
         raise ValueError(f"{part_file}: sha256 mismatch (corrupt or changed after writing)")
-    knn = int(meta.get("knn_k") or args.knn)
+    knn = int(meta.get("knn_k") or (meta.get("settings") or {}).get("knn") or args.knn)
     mesh, edge_index, _ = load_mesh_and_graph(mesh_path, knn, bar)
     try:
         part = Partition.load(part_file)

@@ -5,8 +5,15 @@ import argparse
 
 HELP = "turn a dataset of meshes with fields into sharded training data (one shard folder per sample)"
 
+__all__ = ["HELP", "add_arguments", "run"]
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's options to ``parser``.
+
+    Args:
+        parser: the command's ``argparse`` parser.
+    """
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="mesh files (any meshio format) or one folder of them")
     parser.add_argument("-k", "--num-parts", type=int, required=True, help="parts per sample (= training ranks)")
@@ -21,16 +28,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1, help="files processed in parallel (processes)")
     parser.add_argument("--seed", type=int, default=0, help="partitioner seed")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="feature storage dtype")
+    parser.add_argument("--knn", type=int, default=8, metavar="K",
+                        help="neighbours per point for point clouds (files without cells, e.g. .npz) (default 8)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Preprocess, then print what was written / skipped and the dataset statistics.
+
+    Args:
+        args: the parsed options.
+
+    Returns:
+        the exit status.
+    """
     from meshshard.datasets import preprocess_dataset
 
     inputs = args.inputs[0] if len(args.inputs) == 1 else args.inputs
     res = preprocess_dataset(inputs, args.out, args.num_parts, args.features, args.targets, method=args.method,
                              halo_hops=args.halo_hops, workers=args.workers, seed=args.seed, dtype=args.dtype,
-                             progress=not args.quiet)
+                             progress=not args.quiet, knn=args.knn)
     n = len(res.written) + len(res.skipped)
     print(f"{n} samples in {res.out_dir}: {len(res.written)} written, {len(res.skipped)} already done "
           f"(verified, skipped), {res.seconds:.1f} s")

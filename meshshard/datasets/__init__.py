@@ -6,9 +6,11 @@
   its own part of every sample (a :class:`meshshard.ShardedGraph` plus local tensors).
 - :class:`DatasetStats`, :class:`FieldStats`, :class:`Moments`: mean / std computed once.
 """
-from meshshard.datasets.fields import edge_features, field_columns, mesh_to_data, node_type_ids, parse_field, select_fields
+from meshshard.datasets.fields import (edge_features, field_columns, mesh_graph, mesh_to_data, node_type_ids, parse_field,
+                                      select_fields)
 from meshshard.datasets.mesh_dataset import MeshDataset, list_mesh_files, model_inputs, node_type_vocabulary
-from meshshard.datasets.preprocess import PreprocessResult, preprocess_dataset, read_dataset_meta, verify_dataset
+from meshshard.datasets.preprocess import (PreprocessResult, check_dataset_dir, is_dataset_dir, preprocess_dataset,
+                                          read_dataset_meta, verify_dataset)
 from meshshard.datasets.sharded import ShardedMeshDataset, ShardedSample
 from meshshard.datasets.stats import DatasetStats, FieldStats, Moments, sample_moments
 
@@ -20,6 +22,8 @@ __all__ = [
     "PreprocessResult",
     "read_dataset_meta",
     "verify_dataset",
+    "is_dataset_dir",
+    "check_dataset_dir",
     "list_mesh_files",
     "model_inputs",
     "node_type_vocabulary",
@@ -29,6 +33,7 @@ __all__ = [
     "sample_moments",
     "edge_features",
     "field_columns",
+    "mesh_graph",
     "mesh_to_data",
     "node_type_ids",
     "parse_field",

@@ -7,10 +7,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-__all__ = ["parse_field", "field_columns", "select_fields", "node_type_ids", "edge_features", "mesh_to_data", "mesh_arrays",
-           "POSITION_FIELD"]
+__all__ = ["parse_field", "field_columns", "select_fields", "node_type_ids", "edge_features", "mesh_graph", "mesh_to_data",
+           "mesh_arrays", "POSITION_FIELD", "DEFAULT_KNN"]
 
 POSITION_FIELD = "pos"
+DEFAULT_KNN = 8  # neighbours per point of a point cloud (a file without cells)
 _SPEC = re.compile(r"^\s*([^\[\]]+?)\s*(?:\[\s*([0-9,\s]+)\s*\])?\s*$")
 
 
@@ -20,6 +21,12 @@ def parse_field(spec: str) -> Tuple[str, Optional[List[int]]]:
     A bare name takes every column of the field (a vector field ``[N, 3]`` gives three columns);
     ``name[i,j]`` takes only those components. The name ``pos`` means the node coordinates
     unless the file has a point field called ``pos``.
+
+    Args:
+        spec: ``"name"`` or ``"name[i,j,...]"``.
+
+    Returns:
+        ``(name, component list or None)``.
     """
     if not isinstance(spec, str):
         raise TypeError(f"a field must be given by name (str), got {type(spec).__name__}")
@@ -50,7 +57,15 @@ def _field_array(mesh, name: str) -> np.ndarray:
 
 
 def field_columns(mesh, specs: Sequence[str]) -> List[str]:
-    """Column names of :func:`select_fields` (``velocity_0, velocity_1, pressure``)."""
+    """Column names of :func:`select_fields` (``velocity_0, velocity_1, pressure``).
+
+    Args:
+        mesh: a :class:`meshshard.io.Mesh`.
+        specs: field specs (see :func:`parse_field`).
+
+    Returns:
+        one name per column.
+    """
     names: List[str] = []
     for spec in specs:
         name, comps = parse_field(spec)
@@ -91,6 +106,10 @@ def node_type_ids(mesh, node_types: Sequence[str]) -> torch.Tensor:
 
     A node in several sets gets the first listed one. Sets the mesh does not have are skipped.
 
+    Args:
+        mesh: a :class:`meshshard.io.Mesh` (its ``node_sets``).
+        node_types: node-set names in type order.
+
     Returns:
         LongTensor ``[N]``.
     """
@@ -106,6 +125,10 @@ def node_type_ids(mesh, node_types: Sequence[str]) -> torch.Tensor:
 def edge_features(pos: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
     """MeshGraphNet's edge features: ``pos[src] - pos[dst]`` and its Euclidean norm.
 
+    Args:
+        pos: node coordinates ``[N, d]``.
+        edge_index: ``[2, E]``, row 0 source, row 1 target.
+
     Returns:
         ``[E, d + 1]`` in ``pos``'s dtype.
     """
@@ -113,11 +136,44 @@ def edge_features(pos: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
     return torch.cat([rel, rel.norm(dim=1, keepdim=True)], dim=1)
 
 
+def mesh_graph(mesh, knn: int = DEFAULT_KNN) -> torch.Tensor:
+    """The node graph of a mesh: its element edges, or for a point cloud (no cells) the ``knn``
+    nearest neighbours of every point (:func:`meshshard.io.knn_graph`, directed: row 0 the
+    neighbour, row 1 the point).
+
+    Args:
+        mesh: :class:`meshshard.io.Mesh`.
+        knn: neighbours per point, used only when the mesh has no cells.
+
+    Returns:
+        LongTensor ``[2, E]``.
+    """
+    if not mesh.is_point_cloud:
+        return mesh.edge_index()
+    from meshshard.io import knn_graph
+
+    if not isinstance(knn, int) or isinstance(knn, bool) or knn < 1:
+        raise ValueError(f"knn must be an int >= 1, got {knn!r}")
+    if knn > mesh.num_nodes - 1:
+        src = f"{mesh.source}" if getattr(mesh, "source", None) else "the point cloud"
+        raise ValueError(f"knn={knn} needs more than {knn} points; {src} has {mesh.num_nodes}")
+    return knn_graph(mesh.points, knn)
+
+
 def mesh_arrays(mesh, features: Sequence[str], targets: Sequence[str], node_types: Sequence[str] = (),
-                edge_index: Optional[torch.Tensor] = None, dtype: torch.dtype = torch.float32) -> Dict[str, torch.Tensor]:
-    """The tensors of :func:`mesh_to_data` as a plain dict (no PyG import: cheap in worker processes)."""
+                edge_index: Optional[torch.Tensor] = None, dtype: torch.dtype = torch.float32,
+                knn: int = DEFAULT_KNN) -> Dict[str, torch.Tensor]:
+    """The tensors of :func:`mesh_to_data` as a plain dict (no PyG import: cheap in worker processes).
+
+    Args:
+        mesh, features, targets, node_types, edge_index, dtype, knn: as :func:`mesh_to_data`.
+
+    Returns:
+        ``{"pos": [N, d], "x": [N, F], "y": [N, T], "edge_index": [2, E], "edge_attr": [E, d + 1],
+        "node_type": [N, len(node_types) + 1]}``.
+    """
     if edge_index is None:
-        edge_index = mesh.edge_index()
+        edge_index = mesh_graph(mesh, knn)
     pos = torch.as_tensor(np.asarray(mesh.points, dtype=np.float64))
     x = torch.as_tensor(select_fields(mesh, features))
     y = torch.as_tensor(select_fields(mesh, targets))
@@ -128,7 +184,8 @@ def mesh_arrays(mesh, features: Sequence[str], targets: Sequence[str], node_type
 
 
 def mesh_to_data(mesh, features: Sequence[str], targets: Sequence[str], node_types: Sequence[str] = (),
-                 edge_index: Optional[torch.Tensor] = None, dtype: torch.dtype = torch.float32):
+                 edge_index: Optional[torch.Tensor] = None, dtype: torch.dtype = torch.float32,
+                 knn: int = DEFAULT_KNN):
     """A mesh with point fields as a PyG ``Data``.
 
     Args:
@@ -136,8 +193,9 @@ def mesh_to_data(mesh, features: Sequence[str], targets: Sequence[str], node_typ
         features: field specs for ``x``.
         targets: field specs for ``y``.
         node_types: node-set names (in order) that become node types 1, 2, ...
-        edge_index: the graph; default ``mesh.edge_index()``.
+        edge_index: the graph; default :func:`mesh_graph` (element edges, or kNN for a point cloud).
         dtype: floating dtype of ``pos``, ``x``, ``y``, ``edge_attr``, ``node_type``.
+        knn: neighbours per point when the mesh is a point cloud.
 
     Returns:
         ``Data(pos [N,d], x [N,F], y [N,T], edge_index [2,E], edge_attr [E,d+1],
@@ -145,4 +203,4 @@ def mesh_to_data(mesh, features: Sequence[str], targets: Sequence[str], node_typ
     """
     from torch_geometric.data import Data
 
-    return Data(**mesh_arrays(mesh, features, targets, node_types, edge_index, dtype))
+    return Data(**mesh_arrays(mesh, features, targets, node_types, edge_index, dtype, knn))

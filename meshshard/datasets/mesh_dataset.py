@@ -8,7 +8,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from meshshard.datasets.fields import mesh_to_data
+from meshshard.datasets.fields import DEFAULT_KNN, mesh_to_data
 from meshshard.datasets.stats import DatasetStats, sample_moments
 
 __all__ = ["MeshDataset", "list_mesh_files", "node_type_vocabulary", "model_inputs"]
@@ -20,6 +20,12 @@ _SKIP_SUFFIXES = {".json", ".pt", ".txt", ".md", ".png"}
 def list_mesh_files(root_or_files: Union[PathLike, Sequence[PathLike]]) -> List[Path]:
     """The mesh files of a folder (sorted, every suffix :func:`meshshard.io.read_mesh` knows), or
     the given list of files (order kept).
+
+    Args:
+        root_or_files: a folder, one file, or a list of files.
+
+    Returns:
+        the mesh file paths.
 
     Raises:
         FileNotFoundError: a path does not exist. ValueError: no mesh files.
@@ -48,7 +54,14 @@ def list_mesh_files(root_or_files: Union[PathLike, Sequence[PathLike]]) -> List[
 
 
 def node_type_vocabulary(meshes_node_set_names: Sequence[Sequence[str]]) -> List[str]:
-    """Node types of a dataset: the sorted union of every sample's node-set (marker) names."""
+    """Node types of a dataset: the sorted union of every sample's node-set (marker) names.
+
+    Args:
+        meshes_node_set_names: per sample, its node-set names.
+
+    Returns:
+        sorted names; type ``k + 1`` is the ``k``-th (type 0 is interior).
+    """
     return sorted({name for names in meshes_node_set_names for name in names})
 
 
@@ -56,6 +69,13 @@ def model_inputs(data, stats: DatasetStats) -> Tuple[torch.Tensor, torch.Tensor,
     """MeshGraphNet inputs of one sample: ``(cat(norm x, node_type), norm edge_attr, norm y)``.
 
     Works on a whole-mesh ``Data`` and on a :class:`~meshshard.datasets.ShardedSample` alike.
+
+    Args:
+        data: with ``x [n, F]``, ``node_type [n, T + 1]``, ``edge_attr [E, d + 1]``, ``y [n, C]``.
+        stats: the dataset's :class:`DatasetStats`.
+
+    Returns:
+        ``(x_in [n, F + T + 1], edge_attr_in [E, d + 1], y [n, C])``.
     """
     x_in = torch.cat([stats.x.normalize(data.x), data.node_type.to(data.x.dtype)], dim=1)
     return x_in, stats.edge_attr.normalize(data.edge_attr), stats.y.normalize(data.y)
@@ -67,8 +87,9 @@ class MeshDataset(torch.utils.data.Dataset):
     * ``x`` / ``y``: the point fields named in ``features`` / ``targets``, column-wise (a vector
       field flattens to several columns; ``"velocity[0,1]"`` picks components; ``"pos"`` is the
       coordinates).
-    * ``edge_index``: the mesh's element edges (both directions), ``edge_attr``: ``pos[src] -
-      pos[dst]`` and its norm (``[E, d + 1]``).
+    * ``edge_index``: the mesh's element edges (both directions); for a point cloud (a file
+      without cells, e.g. ``.npz``) the ``knn`` nearest neighbours of every point.
+      ``edge_attr``: ``pos[src] - pos[dst]`` and its norm (``[E, d + 1]``).
     * ``node_type``: one-hot ``[N, T + 1]``; type 0 is interior, type ``k + 1`` a node in the
       dataset's ``k``-th node set (boundary marker, sorted by name; first wins when a node is in
       several).
@@ -85,6 +106,11 @@ class MeshDataset(torch.utils.data.Dataset):
             preprocessed dataset's ``meta.json``); default: computed on first use.
         dtype: floating dtype of the returned tensors.
         cache: keep built samples in memory.
+        knn: neighbours per point for files without cells (point clouds).
+
+    Shapes (``ds[i]``):
+        ``pos [N, d]``, ``x [N, F]``, ``y [N, T]``, ``edge_index [2, E]``, ``edge_attr [E, d + 1]``,
+        ``node_type [N, len(node_types) + 1]`` (one-hot).
 
     Example::
 
@@ -102,8 +128,10 @@ class MeshDataset(torch.utils.data.Dataset):
         stats: Optional[Union[DatasetStats, PathLike]] = None,
         dtype: torch.dtype = torch.float32,
         cache: bool = True,
+        knn: int = DEFAULT_KNN,
     ) -> None:
         self.files = list_mesh_files(root_or_files)
+        self.knn = knn
         if isinstance(features, str) or isinstance(targets, str):
             raise TypeError("features and targets must be lists of field names, not a single string")
         self.features, self.targets = list(features), list(targets)
@@ -132,7 +160,7 @@ class MeshDataset(torch.utils.data.Dataset):
         from meshshard.io import read_mesh
 
         return mesh_to_data(read_mesh(self.files[idx]), self.features, self.targets, self.node_types,
-                            dtype=torch.float64)
+                            dtype=torch.float64, knn=self.knn)
 
     def __getitem__(self, idx: int):
         if not -len(self) <= idx < len(self):
@@ -158,7 +186,11 @@ class MeshDataset(torch.utils.data.Dataset):
 
     def compute_stats(self, progress: bool = False) -> DatasetStats:
         """Mean / std of ``x``, ``y``, ``edge_attr`` over every node / edge of every sample
-        (float64, merged in file order; equals what ``meshshard preprocess`` stores)."""
+        (float64, merged in file order; equals what ``meshshard preprocess`` stores).
+
+        Args:
+            progress: show a tqdm bar over files.
+        """
         from tqdm.auto import tqdm
 
         per_sample = [sample_moments(self._build64(i))
@@ -166,7 +198,11 @@ class MeshDataset(torch.utils.data.Dataset):
         return DatasetStats.from_sample_moments(per_sample)
 
     def save_stats(self, path: PathLike) -> None:
-        """Write :attr:`stats` as JSON (atomic)."""
+        """Write :attr:`stats` as JSON (atomic).
+
+        Args:
+            path: the JSON file (read back with :meth:`load_stats` or ``stats=path``).
+        """
         from meshshard._fileutil import atomic_path
 
         with atomic_path(path) as tmp:
@@ -174,7 +210,11 @@ class MeshDataset(torch.utils.data.Dataset):
 
     @staticmethod
     def load_stats(path: PathLike) -> DatasetStats:
-        """Read statistics from a JSON file with a ``"stats"`` entry (``stats.json`` / ``meta.json``)."""
+        """Read statistics from a JSON file with a ``"stats"`` entry (``stats.json`` / ``meta.json``).
+
+        Args:
+            path: the JSON file.
+        """
         with open(path) as f:
             d = json.load(f)
         if "stats" not in d:
@@ -182,7 +222,14 @@ class MeshDataset(torch.utils.data.Dataset):
         return DatasetStats.from_dict(d["stats"])
 
     def model_inputs(self, data) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(x_in, edge_attr_in, y)`` normalised with :attr:`stats`; ``x_in`` has the one-hot node type appended."""
+        """``(x_in, edge_attr_in, y)`` normalised with :attr:`stats`; ``x_in`` has the one-hot node type appended.
+
+        Args:
+            data: a sample ``ds[i]``.
+
+        Returns:
+            ``(x_in [N, F + T + 1], edge_attr_in [E, d + 1], y [N, C])``.
+        """
         return model_inputs(data, self.stats)
 
     @property

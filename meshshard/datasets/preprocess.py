@@ -36,7 +36,7 @@ from meshshard._fileutil import atomic_path, sha256_file
 from meshshard.datasets.stats import DatasetStats, Moments, STAT_KEYS
 
 __all__ = ["preprocess_dataset", "PreprocessResult", "DATASET_FORMAT", "DATASET_FORMAT_VERSION", "sample_dir_name",
-           "read_dataset_meta", "verify_dataset"]
+           "read_dataset_meta", "verify_dataset", "check_dataset_dir", "is_dataset_dir"]
 
 DATASET_FORMAT = "meshshard-dataset"
 DATASET_FORMAT_VERSION = 1
@@ -45,7 +45,12 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def sample_dir_name(index: int, path: PathLike) -> str:
-    """Folder name of sample ``index`` read from ``path``: ``00003_<stem>`` (safe characters only)."""
+    """Folder name of sample ``index`` read from ``path``: ``00003_<stem>`` (safe characters only).
+
+    Args:
+        index: the sample's position in the dataset.
+        path: its source file.
+    """
     stem = Path(path).name.split(".")[0]
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem)[:60] or "sample"
     return f"{index:05d}_{stem}"
@@ -53,7 +58,15 @@ def sample_dir_name(index: int, path: PathLike) -> str:
 
 @dataclass
 class PreprocessResult:
-    """What :func:`preprocess_dataset` did."""
+    """What :func:`preprocess_dataset` did.
+
+    Attributes:
+        out_dir: the dataset folder.
+        written: sample names written in this run.
+        skipped: sample names already complete and verified (a resumed run).
+        stats: normalisation statistics over the whole dataset.
+        seconds: wall time of the run.
+    """
 
     out_dir: Path
     written: List[str]
@@ -62,9 +75,10 @@ class PreprocessResult:
     seconds: float
 
 
-def _settings(num_parts, method, halo_hops, features, targets, seed, dtype) -> dict:
+def _settings(num_parts, method, halo_hops, features, targets, seed, dtype, knn) -> dict:
     return {"num_parts": int(num_parts), "method": str(method), "halo_hops": int(halo_hops),
-            "features": list(features), "targets": list(targets), "seed": int(seed), "dtype": str(dtype)}
+            "features": list(features), "targets": list(targets), "seed": int(seed), "dtype": str(dtype),
+            "knn": int(knn)}
 
 
 def _sample_is_done(sample_dir: Path, settings: dict, source_sha: str) -> Optional[dict]:
@@ -84,7 +98,7 @@ def _sample_is_done(sample_dir: Path, settings: dict, source_sha: str) -> Option
 def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: int = 1) -> dict:
     """Read, partition and write one sample (runs in a worker process). Returns its meta.json."""
     torch.set_num_threads(max(1, threads))
-    from meshshard.datasets.fields import field_columns, mesh_arrays, node_type_ids
+    from meshshard.datasets.fields import DEFAULT_KNN, field_columns, mesh_arrays, node_type_ids
     from meshshard.datasets.stats import sample_moments
     from meshshard.graph import read_meta, save_parts
     from meshshard.io import read_mesh
@@ -100,7 +114,8 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
         shutil.rmtree(sample_dir)
     mesh = read_mesh(src)
     names = sorted(mesh.node_sets)  # per-sample node types: ids into this sorted list (0 = interior)
-    data = SimpleNamespace(**mesh_arrays(mesh, settings["features"], settings["targets"], names, dtype=torch.float64))
+    data = SimpleNamespace(**mesh_arrays(mesh, settings["features"], settings["targets"], names, dtype=torch.float64,
+                                         knn=settings.get("knn", DEFAULT_KNN)))
     moments = sample_moments(data)
     method = settings["method"]
     part = partition(mesh.points, settings["num_parts"], method=method,
@@ -141,6 +156,7 @@ def preprocess_dataset(
     dtype: str = "float32",
     progress: bool = True,
     on_sample: Optional[Callable[[str, bool], None]] = None,
+    knn: int = 8,
 ) -> PreprocessResult:
     """Partition every mesh of a dataset and write it as sharded training data (see module doc).
 
@@ -157,9 +173,15 @@ def preprocess_dataset(
         dtype: ``"float32"`` or ``"float64"`` storage of node and edge features.
         progress: show a tqdm bar over samples.
         on_sample: called with ``(sample_dir_name, skipped)`` as each sample finishes.
+        knn: neighbours per point for files without cells (point clouds, e.g. ``.npz``).
 
     Returns:
         :class:`PreprocessResult`.
+
+    Raises:
+        ValueError: ``out_dir`` exists and holds something other than a (partial) meshshard
+            dataset, e.g. a folder written by ``meshshard partition``; a field name the files do
+            not have (the message lists the ones they do); more parts than nodes.
     """
     from tqdm.auto import tqdm
 
@@ -176,10 +198,13 @@ def preprocess_dataset(
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    if not isinstance(knn, int) or isinstance(knn, bool) or knn < 1:
+        raise ValueError(f"knn must be an int >= 1, got {knn!r}")
     names = [sample_dir_name(i, f) for i, f in enumerate(files)]
     out = Path(out_dir)
+    check_dataset_dir(out)
     out.mkdir(parents=True, exist_ok=True)
-    settings = _settings(num_parts, method, halo_hops, features, targets, seed, dtype)
+    settings = _settings(num_parts, method, halo_hops, features, targets, seed, dtype, knn)
     # The dataset meta.json vouches for every sample: remove it until all of them are done again.
     (out / "meta.json").unlink(missing_ok=True)
 
@@ -207,7 +232,9 @@ def preprocess_dataset(
                     except Exception as exc:
                         for other in futures:
                             other.cancel()
-                        raise type(exc)(f"{files[i]}: {exc}") if isinstance(exc, (ValueError, TypeError)) else exc
+                        if isinstance(exc, (ValueError, TypeError)) and str(files[i]) not in str(exc):
+                            raise type(exc)(f"{files[i]}: {exc}") from exc
+                        raise
                     bar.update(1)
                     if on_sample:
                         on_sample(results[i]["dir"], results[i]["skipped"])
@@ -252,8 +279,55 @@ def preprocess_dataset(
     return PreprocessResult(out, written, skipped, stats, time.perf_counter() - t0)
 
 
+_SAMPLE_DIR = re.compile(r"^\d{5}_[A-Za-z0-9_.-]+$")
+
+
+def check_dataset_dir(out: PathLike) -> None:
+    """Refuse to write a dataset into a folder that holds something else.
+
+    Accepted: a missing or empty folder, a finished dataset (its ``meta.json`` says
+    ``format: meshshard-dataset``), or the sample folders of an interrupted run (names
+    ``00000_<stem>``, no ``meta.json`` yet).
+
+    Args:
+        out: the output folder.
+
+    Raises:
+        ValueError: ``out`` is a file, a shard folder of ``meshshard partition``, or holds other files.
+    """
+    out = Path(out)
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"output {out} exists and is not a folder")
+    meta = out / "meta.json"
+    if meta.exists():
+        try:
+            d = json.loads(meta.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            d = None
+        if isinstance(d, dict) and d.get("format") == DATASET_FORMAT:
+            return
+        what = ("a shard folder written by `meshshard partition`" if isinstance(d, dict) and "num_parts" in d
+                else "a meta.json that is not a meshshard dataset's")
+        raise ValueError(f"output {out} exists and holds {what}, not a preprocessed dataset; "
+                         "choose another -o/--out folder (or delete this one)")
+    other = sorted(p.name for p in out.iterdir()
+                   if not p.name.startswith(".") and not (p.is_dir() and _SAMPLE_DIR.match(p.name)))
+    if other:
+        shown = ", ".join(other[:5]) + (", ..." if len(other) > 5 else "")
+        raise ValueError(f"output {out} exists and holds files that are not part of a meshshard dataset ({shown}); "
+                         "choose another -o/--out folder (or an empty one)")
+
+
 def read_dataset_meta(root: PathLike) -> dict:
     """Read a preprocessed dataset's ``meta.json``.
+
+    Args:
+        root: the preprocessed folder.
+
+    Returns:
+        the parsed ``meta.json`` (settings, columns, node types, ``stats``, ``samples``).
 
     Raises:
         FileNotFoundError: no ``meta.json`` (not preprocessed, or the run did not finish).
@@ -274,12 +348,31 @@ def read_dataset_meta(root: PathLike) -> dict:
     return meta
 
 
-def verify_dataset(root: PathLike) -> List[str]:
+def is_dataset_dir(root: PathLike) -> bool:
+    """True when ``root/meta.json`` says it is a preprocessed meshshard dataset (not verified).
+
+    Args:
+        root: a folder.
+    """
+    try:
+        d = json.loads((Path(root) / "meta.json").read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(d, dict) and d.get("format") == DATASET_FORMAT
+
+
+def verify_dataset(root: PathLike, progress: bool = False) -> List[str]:
     """Check every sample folder against the checksums in the dataset ``meta.json``.
 
+    Args:
+        root: the preprocessed folder.
+        progress: show a tqdm bar (on stderr) over samples.
+
     Returns:
-        Problems found (one line each); empty when the dataset is intact.
+        Problems found (one line each, ``<sample dir>/<file>: ...``); empty when the dataset is intact.
     """
+    from tqdm.auto import tqdm
+
     from meshshard.graph import verify_parts
 
     try:
@@ -287,7 +380,7 @@ def verify_dataset(root: PathLike) -> List[str]:
     except (FileNotFoundError, ValueError) as exc:
         return [str(exc)]
     problems = []
-    for s in meta["samples"]:
+    for s in tqdm(meta["samples"], desc="verifying", unit="sample", disable=not progress, leave=False):
         d = Path(root) / s["dir"]
         if not (d / "meta.json").exists():
             problems.append(f"{s['dir']}: meta.json missing")

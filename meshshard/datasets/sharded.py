@@ -89,6 +89,7 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
 
     @property
     def halo_hops(self) -> int:
+        """Ghost rings stored per part (``>= num_layers`` lets MeshGraphNet exchange once)."""
         return int(self.meta["halo_hops"])
 
     @property
@@ -98,10 +99,12 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
 
     @property
     def num_edge_features(self) -> int:
+        """Width of ``edge_attr`` (``d + 1``)."""
         return len(self.stats.edge_attr.mean)
 
     @property
     def num_targets(self) -> int:
+        """Width of ``y``."""
         return len(self.target_columns)
 
     def __getitem__(self, idx: int) -> ShardedSample:
@@ -135,7 +138,11 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
 
     def model_inputs(self, sample: ShardedSample) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(x_in [num_owned, F], edge_attr_in [E_local, d+1], y [num_owned, T])`` normalised with
-        :attr:`stats`, ready for ``MeshGraphNet(x_in, edge_attr_in, graph=sample.graph)``."""
+        :attr:`stats`, ready for ``MeshGraphNet(x_in, edge_attr_in, graph=sample.graph)``.
+
+        Args:
+            sample: ``ds[i]`` on this rank.
+        """
         from meshshard.datasets.mesh_dataset import model_inputs
 
         return model_inputs(sample, self.stats)

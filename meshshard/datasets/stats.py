@@ -21,7 +21,13 @@ _MIN_STD = 1e-8  # columns that do not vary (e.g. a zero z-velocity) are divided
 
 @dataclass
 class Moments:
-    """Count, mean and sum of squared deviations of every column (float64)."""
+    """Count, mean and sum of squared deviations of every column (float64).
+
+    Attributes:
+        count: rows seen.
+        mean: ``[C]`` column means.
+        m2: ``[C]`` sums of squared deviations from the mean (Welford / Chan).
+    """
 
     count: int
     mean: torch.Tensor  # [C] float64
@@ -29,7 +35,11 @@ class Moments:
 
     @classmethod
     def of(cls, values: torch.Tensor) -> "Moments":
-        """Moments of the rows of ``values`` ``[n, C]``."""
+        """Moments of the rows of ``values``.
+
+        Args:
+            values: ``[n, C]`` (any float dtype; computed in float64).
+        """
         v = values.detach().to(torch.float64).reshape(values.shape[0], -1).cpu()
         if v.shape[0] == 0:
             return cls(0, torch.zeros(v.shape[1], dtype=torch.float64), torch.zeros(v.shape[1], dtype=torch.float64))
@@ -37,7 +47,11 @@ class Moments:
         return cls(int(v.shape[0]), mean, ((v - mean) ** 2).sum(dim=0))
 
     def merge(self, other: "Moments") -> "Moments":
-        """Moments of the union of both row sets (Chan et al. 1979)."""
+        """Moments of the union of both row sets (Chan et al. 1979).
+
+        Args:
+            other: moments of the same columns.
+        """
         if self.mean.shape != other.mean.shape:
             raise ValueError(f"cannot merge statistics of {self.mean.numel()} and {other.mean.numel()} columns")
         if other.count == 0:
@@ -52,6 +66,7 @@ class Moments:
 
     @staticmethod
     def merge_all(items: Iterable["Moments"]) -> "Moments":
+        """Merge in the given order (the order fixes the float64 rounding)."""
         items = list(items)
         if not items:
             raise ValueError("no statistics to merge")
@@ -61,7 +76,11 @@ class Moments:
         return out
 
     def all_reduce(self, group=None) -> "Moments":
-        """Merge the moments of every rank (in rank order), returning the same value on all ranks."""
+        """Merge the moments of every rank (in rank order), returning the same value on all ranks.
+
+        Args:
+            group: process group (default: the world); collective.
+        """
         from meshshard.distributed import all_gather_into_tensor
 
         c = self.mean.numel()
@@ -70,14 +89,21 @@ class Moments:
         return Moments.merge_all(Moments(int(r[0]), r[1:1 + c].clone(), r[1 + c:].clone()) for r in rows)
 
     def to_stats(self) -> "FieldStats":
+        """Mean and population std."""
         std = (self.m2 / self.count).sqrt() if self.count else torch.zeros_like(self.m2)
         return FieldStats(self.mean.clone(), std, self.count)
 
     def to_dict(self) -> dict:
+        """JSON-ready form (lists of floats)."""
         return {"count": self.count, "mean": self.mean.tolist(), "m2": self.m2.tolist()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Moments":
+        """Inverse of :meth:`to_dict`.
+
+        Args:
+            d: ``{"count", "mean", "m2"}``.
+        """
         return cls(int(d["count"]), torch.tensor(d["mean"], dtype=torch.float64), torch.tensor(d["m2"], dtype=torch.float64))
 
 
@@ -86,6 +112,11 @@ class FieldStats:
     """Mean and population std per column, with ``normalize`` / ``denormalize``.
 
     Columns whose std is below ``1e-8`` (constant columns) are only centred (divided by 1).
+
+    Attributes:
+        mean: ``[C]`` float64 column means.
+        std: ``[C]`` float64 population standard deviations.
+        count: rows the statistics were computed over.
     """
 
     mean: torch.Tensor
@@ -96,31 +127,55 @@ class FieldStats:
         return torch.where(self.std < _MIN_STD, torch.ones_like(self.std), self.std)
 
     def normalize(self, t: torch.Tensor) -> torch.Tensor:
-        """``(t - mean) / std`` column-wise, in ``t``'s dtype and device."""
+        """``(t - mean) / std`` column-wise, in ``t``'s dtype and device.
+
+        Args:
+            t: ``[*, C]``.
+        """
         if t.shape[-1] != self.mean.numel():
             raise ValueError(f"normalize: tensor has {t.shape[-1]} columns, statistics have {self.mean.numel()}")
         return (t - self.mean.to(t)) / self._scale().to(t)
 
     def denormalize(self, t: torch.Tensor) -> torch.Tensor:
-        """Inverse of :meth:`normalize`."""
+        """Inverse of :meth:`normalize`.
+
+        Args:
+            t: ``[*, C]``.
+        """
         return t * self._scale().to(t) + self.mean.to(t)
 
     def to_dict(self) -> dict:
+        """JSON-ready form, as stored in a dataset's ``stats.json``."""
         return {"count": self.count, "mean": self.mean.tolist(), "std": self.std.tolist()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "FieldStats":
+        """Inverse of :meth:`to_dict`.
+
+        Args:
+            d: ``{"mean", "std"}`` and optionally ``"count"``.
+        """
         return cls(torch.tensor(d["mean"], dtype=torch.float64), torch.tensor(d["std"], dtype=torch.float64),
                    int(d.get("count", 0)))
 
     def equal(self, other: "FieldStats", rtol: float = 0.0, atol: float = 0.0) -> bool:
+        """Same count, and means and stds equal within ``torch.allclose(rtol, atol)``.
+
+        Args:
+            other: statistics to compare with.
+            rtol, atol: tolerances (default: exact).
+        """
         return self.count == other.count and torch.allclose(self.mean, other.mean, rtol=rtol, atol=atol) \
             and torch.allclose(self.std, other.std, rtol=rtol, atol=atol)
 
 
 @dataclass
 class DatasetStats:
-    """Statistics of ``x`` (features), ``y`` (targets) and ``edge_attr`` over a whole dataset."""
+    """Statistics of ``x`` (features), ``y`` (targets) and ``edge_attr`` over a whole dataset.
+
+    Attributes:
+        x, y, edge_attr: :class:`FieldStats` of node features, targets and edge features.
+    """
 
     x: FieldStats
     y: FieldStats
@@ -128,30 +183,51 @@ class DatasetStats:
 
     @classmethod
     def from_moments(cls, moments: Dict[str, Moments]) -> "DatasetStats":
+        """From merged moments of ``x``, ``y`` and ``edge_attr``."""
         return cls(**{k: moments[k].to_stats() for k in STAT_KEYS})
 
     @classmethod
     def from_sample_moments(cls, per_sample: List[Dict[str, Moments]]) -> "DatasetStats":
-        """Merge per-sample moments in sample order (the one code path everybody uses)."""
+        """Merge per-sample moments in sample order (the one code path everybody uses).
+
+        Args:
+            per_sample: per sample, ``{"x": Moments, "y": Moments, "edge_attr": Moments}``.
+        """
         if not per_sample:
             raise ValueError("a dataset needs at least one sample to compute statistics")
         return cls.from_moments({k: Moments.merge_all(m[k] for m in per_sample) for k in STAT_KEYS})
 
     def to_dict(self) -> dict:
+        """JSON-ready form, as stored in a dataset's ``stats.json``."""
         return {k: getattr(self, k).to_dict() for k in STAT_KEYS}
 
     @classmethod
     def from_dict(cls, d: dict) -> "DatasetStats":
+        """Inverse of :meth:`to_dict`; names missing keys.
+
+        Args:
+            d: ``{"x": ..., "y": ..., "edge_attr": ...}``, each as :meth:`FieldStats.to_dict`.
+        """
         missing = [k for k in STAT_KEYS if k not in d]
         if missing:
             raise ValueError(f"statistics lack {missing}")
         return cls(**{k: FieldStats.from_dict(d[k]) for k in STAT_KEYS})
 
     def equal(self, other: "DatasetStats", rtol: float = 0.0, atol: float = 0.0) -> bool:
+        """:meth:`FieldStats.equal` for every field.
+
+        Args:
+            other: statistics to compare with.
+            rtol, atol: tolerances (default: exact).
+        """
         return all(getattr(self, k).equal(getattr(other, k), rtol, atol) for k in STAT_KEYS)
 
 
 def sample_moments(data) -> Dict[str, Moments]:
-    """Moments of one sample's ``x``, ``y`` and ``edge_attr`` (every node / edge once)."""
+    """Moments of one sample's ``x``, ``y`` and ``edge_attr`` (every node / edge once).
+
+    Args:
+        data: with ``x [N, F]``, ``y [N, T]``, ``edge_attr [E, d + 1]``.
+    """
     return {"x": Moments.of(data.x), "y": Moments.of(data.y), "edge_attr": Moments.of(data.edge_attr)}
 

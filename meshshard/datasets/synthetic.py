@@ -19,7 +19,17 @@ _LENGTH, _HEIGHT, _CENTER, _RADIUS = 15.0, 7.5, (3.0, 0.0), 0.5
 
 def potential_flow_fields(points: np.ndarray, center=_CENTER, radius: float = _RADIUS, speed: float = 1.0,
                           density: float = 1.0) -> dict:
-    """Velocity ``[N, 2]`` and pressure ``[N]`` of potential flow past a cylinder at ``points``."""
+    """Velocity ``[N, 2]`` and pressure ``[N]`` of potential flow past a cylinder at ``points``.
+
+    Args:
+        points: ``[N, 2]`` coordinates (inside the cylinder the flow is clamped to its surface).
+        center, radius: the cylinder.
+        speed: free-stream speed ``U``.
+        density: ``rho`` in Bernoulli's pressure.
+
+    Returns:
+        ``{"velocity": [N, 2], "pressure": [N]}``.
+    """
     x = points[:, 0] - center[0]
     y = points[:, 1] - center[1]
     r2 = np.maximum(x * x + y * y, radius * radius)
@@ -31,7 +41,11 @@ def potential_flow_fields(points: np.ndarray, center=_CENTER, radius: float = _R
 
 
 def mesh_size_for_nodes(num_nodes: int) -> float:
-    """Approximate gmsh element size giving ``num_nodes`` nodes in the channel (triangles)."""
+    """Approximate gmsh element size giving ``num_nodes`` nodes in the channel (triangles).
+
+    Args:
+        num_nodes: the wanted node count.
+    """
     area = _LENGTH * _HEIGHT - np.pi * _RADIUS ** 2
     # A triangle mesh of size h has about 2 area / (sqrt(3) h^2) nodes... measured factor ~1.55 with the cylinder refinement.
     return float(np.sqrt(1.55 * area / max(num_nodes, 10)))

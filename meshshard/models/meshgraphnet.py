@@ -153,6 +153,20 @@ class MeshGraphNet(nn.Module):
         graph=None,
         exchange: str = "auto",
     ) -> torch.Tensor:
+        """Run the model on a whole graph or on one rank's shard (see the class docstring).
+
+        Args:
+            x: node features ``[N, node_in]`` (whole graph), a PyG ``Data``, or the owned rows
+                ``[g.num_owned, node_in]`` with ``graph=g``.
+            edge_index: ``[2, E]`` (whole graph; row 0 source, row 1 target); with ``graph=``
+                this position holds ``edge_attr``.
+            edge_attr: ``[E, edge_in]`` (whole graph), or ``[g.edge_index.shape[1], edge_in]``.
+            graph: a :class:`meshshard.ShardedGraph` (collective: every rank must call).
+            exchange: ``"auto"``, ``"per_layer"`` or ``"once"`` (sharded only).
+
+        Returns:
+            ``[N, node_out]`` (whole graph) or ``[g.num_owned, node_out]`` (shard).
+        """
         if graph is not None:
             if edge_attr is None:  # model(x_owned, edge_attr_local, graph=g)
                 edge_attr, edge_index = edge_index, None
@@ -230,11 +244,20 @@ class MeshGraphNet(nn.Module):
     # ------------------------------------------------------------------ replicas
     def all_reduce_gradients(self, group=None) -> None:
         """Sum parameter gradients over ranks (after ``backward`` of a
-        :func:`meshshard.models.global_mse_loss`), so one optimizer step keeps replicas equal."""
+        :func:`meshshard.models.global_mse_loss`), so one optimizer step keeps replicas equal.
+
+        Args:
+            group: process group (default: the world).
+        """
         all_reduce_gradients(self, group)
 
     def broadcast_parameters(self, src: int = 0, group=None) -> None:
-        """Make every rank's parameters equal to rank ``src``'s."""
+        """Make every rank's parameters equal to rank ``src``'s.
+
+        Args:
+            src: the rank whose parameters (and buffers) are copied.
+            group: process group (default: the world).
+        """
         broadcast_parameters(self, src, group)
 
     def extra_repr(self) -> str:

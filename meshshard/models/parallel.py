@@ -13,6 +13,8 @@ import torch
 from torch import nn
 
 from meshshard.distributed import ReduceOp, all_reduce, broadcast, get_world_size
+# one implementation for layers and whole models (per-dtype flat all-reduce, checked across ranks)
+from meshshard.ops.conv import all_reduce_gradients
 
 __all__ = ["global_mse_loss", "global_sum_and_count", "all_reduce_gradients", "broadcast_parameters"]
 
@@ -33,6 +35,11 @@ class _GlobalMean(torch.autograd.Function):
 
 def global_sum_and_count(local_sum: torch.Tensor, local_count: int, group=None):
     """All-reduce a scalar sum and an element count in float64.
+
+    Args:
+        local_sum: scalar tensor, this rank's sum.
+        local_count: this rank's number of elements.
+        group: process group (default: the world).
 
     Returns:
         ``(global_sum, global_count)`` as float64 CPU/device scalars (no gradient).
@@ -77,35 +84,15 @@ def global_mse_loss(pred: torch.Tensor, target: torch.Tensor, group=None, mask: 
     return _GlobalMean.apply(local_sum, g_sum.to(local_sum.device), g_count.to(local_sum.device))
 
 
-def all_reduce_gradients(module: nn.Module, group=None) -> None:
-    """Sum every parameter's ``.grad`` over the ranks of ``group``, in one flat all-reduce.
-
-    Use after ``loss.backward()`` with a loss from :func:`global_mse_loss` (each rank's gradient
-    is its share of the global gradient). Parameters without a gradient count as zeros, so every
-    rank takes part in the same collective even when a parameter is unused on some rank.
-    """
-    if get_world_size(group) == 1:
-        return
-    params = [p for p in module.parameters() if p.requires_grad]
-    if not params:
-        return
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-    all_reduce(flat, ReduceOp.SUM, group=group)
-    offset = 0
-    for p in params:
-        n = p.numel()
-        chunk = flat[offset:offset + n].view_as(p)
-        if p.grad is None:
-            p.grad = chunk.clone()
-        else:
-            p.grad.copy_(chunk)
-        offset += n
-
-
 @torch.no_grad()
 def broadcast_parameters(module: nn.Module, src: int = 0, group=None) -> None:
-    """Copy ``src``'s parameters and buffers to every rank (so replicas start equal)."""
+    """Copy ``src``'s parameters and buffers to every rank (so replicas start equal).
+
+    Args:
+        module: the replicated model.
+        src: the rank to copy from.
+        group: process group (default: the world).
+    """
     if get_world_size(group) == 1:
         return
     tensors = list(module.parameters()) + list(module.buffers())

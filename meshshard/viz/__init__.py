@@ -5,8 +5,8 @@
 - :func:`plot_partition_summary`: both plus the quality numbers, in one figure (used by the CLI).
 """
 from meshshard.viz.colors import part_colormap, part_colors
-from meshshard.viz.partition_plot import (auto_zoom_box, ghost_mask, plot_part_sizes, plot_partition,
+from meshshard.viz.partition_plot import (auto_zoom_box, ghost_mask, mesh_zoom_box, plot_part_sizes, plot_partition,
                                           plot_partition_summary)
 
-__all__ = ["plot_partition", "plot_part_sizes", "plot_partition_summary", "ghost_mask", "auto_zoom_box",
+__all__ = ["plot_partition", "plot_part_sizes", "plot_partition_summary", "ghost_mask", "auto_zoom_box", "mesh_zoom_box",
            "part_colors", "part_colormap"]

@@ -12,6 +12,9 @@ def part_colors(num_parts: int) -> np.ndarray:
     Up to 10 parts: ``tab10``. Up to 20: ``tab20`` with its strong colours first and their light
     partners after, so parts r and r+1 never get the two shades of one hue. Beyond 20: ``tab20``,
     ``tab20b``, ``tab20c`` in turn, then cycling (neighbouring parts may then share a colour).
+
+    Args:
+        num_parts: number of parts (``>= 1``).
     """
     from matplotlib import colormaps
 
@@ -32,7 +35,11 @@ def part_colors(num_parts: int) -> np.ndarray:
 
 
 def part_colormap(num_parts: int):
-    """A ``ListedColormap`` with one entry per part (value r -> colour of part r)."""
+    """A ``ListedColormap`` with one entry per part (value r -> colour of part r).
+
+    Args:
+        num_parts: number of parts.
+    """
     from matplotlib.colors import ListedColormap
 
     return ListedColormap(part_colors(num_parts), name=f"meshshard_parts_{num_parts}")

@@ -13,10 +13,9 @@ import torch
 
 from meshshard._fileutil import atomic_path
 from meshshard.io import Mesh
-from meshshard.io.cell_edges import topological_dim
 from meshshard.viz.colors import part_colormap, part_colors
 
-__all__ = ["plot_partition", "plot_part_sizes", "plot_partition_summary", "ghost_mask", "auto_zoom_box"]
+__all__ = ["plot_partition", "plot_part_sizes", "plot_partition_summary", "ghost_mask", "auto_zoom_box", "mesh_zoom_box"]
 
 PathLike = Union[str, os.PathLike]
 Box = Tuple[float, float, float, float]
@@ -110,6 +109,11 @@ def auto_zoom_box(points: np.ndarray, triangles: np.ndarray, fraction: float = 0
     Takes the ``fraction`` of triangles with the smallest area, boxes their nodes (1-99th
     percentile, padded), and returns ``(xmin, xmax, ymin, ymax)`` only when that box covers less
     than a quarter of the mesh's bounding box (otherwise a zoom shows nothing new).
+
+    Args:
+        points: ``[N, 2]`` (or more columns; the first two are used).
+        triangles: ``[T, 3]`` node ids.
+        fraction: share of the smallest triangles that defines the fine region.
     """
     p = points[:, :2]
     a, b, c = p[triangles[:, 0]], p[triangles[:, 1]], p[triangles[:, 2]]
@@ -193,16 +197,66 @@ def _draw_cell_edges(ax, points, mesh, box):
     ax.add_collection(LineCollection(points[ei.T][:, :, :2], colors="w", linewidths=0.15))
 
 
-def _surface_faces(mesh: Optional[Mesh]):
-    """Boundary faces of a 3D volume mesh (their corner nodes), or None."""
-    if mesh is None or mesh.topological_dim != 3:
+# faces of each 3D cell type in VTK node order (triangles and quads)
+_CELL_FACES_3D = {
+    "tetra": ([(0, 1, 2), (0, 1, 3), (1, 2, 3), (0, 2, 3)], []),
+    "tetra10": ([(0, 1, 2), (0, 1, 3), (1, 2, 3), (0, 2, 3)], []),
+    "hexahedron": ([], [(0, 1, 2, 3), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6), (3, 0, 4, 7)]),
+    "hexahedron20": ([], [(0, 1, 2, 3), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6), (3, 0, 4, 7)]),
+    "hexahedron27": ([], [(0, 1, 2, 3), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6), (3, 0, 4, 7)]),
+    "wedge": ([(0, 1, 2), (3, 4, 5)], [(0, 1, 4, 3), (1, 2, 5, 4), (2, 0, 3, 5)]),
+    "wedge15": ([(0, 1, 2), (3, 4, 5)], [(0, 1, 4, 3), (1, 2, 5, 4), (2, 0, 3, 5)]),
+    "pyramid": ([(0, 1, 4), (1, 2, 4), (2, 3, 4), (3, 0, 4)], [(0, 1, 2, 3)]),
+    "pyramid13": ([(0, 1, 4), (1, 2, 4), (2, 3, 4), (3, 0, 4)], [(0, 1, 2, 3)]),
+}
+
+
+def _faces_seen_once(faces: list) -> Optional[np.ndarray]:
+    """The faces (rows of corner ids) that belong to exactly one cell: the outer surface."""
+    if not faces:
         return None
+    f = np.concatenate(faces)
+    _, inverse, counts = np.unique(np.sort(f, axis=1), axis=0, return_inverse=True, return_counts=True)
+    return f[counts[inverse.reshape(-1)] == 1]
+
+
+def _surface_faces(mesh: Optional[Mesh]):
+    """The faces to draw for a mesh in 3D space, as a list of corner arrays ``[F, 3]`` / ``[F, 4]``.
+
+    A volume mesh: its outer surface (faces of the volume cells that belong to one cell only;
+    the file's boundary cells when its volume cell types are unknown). A surface mesh (2D cells
+    with 3D points): its cells. ``None`` for a point cloud.
+    """
+    if mesh is None or mesh.is_point_cloud:
+        return None
+    if mesh.topological_dim == 2:
+        faces = [conn[:, : _CORNERS_2D[t]] for t, conn in mesh.cells.items() if t in _CORNERS_2D]
+        return faces or None
+    if mesh.topological_dim != 3:
+        return None
+    tris, quads = [], []
+    known = all(t in _CELL_FACES_3D for t in mesh.cells)
+    if known:
+        for t, conn in mesh.cells.items():
+            tri_local, quad_local = _CELL_FACES_3D[t]
+            tris += [conn[:, list(f)] for f in tri_local]
+            quads += [conn[:, list(f)] for f in quad_local]
+        out = [f for f in (_faces_seen_once(tris), _faces_seen_once(quads)) if f is not None and len(f)]
+        return out or None
     faces = [conn[:, :k] for t, conn in mesh.boundary_cells.items() if t in _SURFACE_TYPES
              for k in [_SURFACE_TYPES[t]]]
     return faces or None
 
 
+def _darken(colors: np.ndarray, factor: float = 0.45) -> np.ndarray:
+    out = colors.copy()
+    out[:, :3] *= factor
+    return out
+
+
 def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed):
+    """Surface faces coloured by part (faces at a ghost node darker), or a coloured scatter
+    (ghost nodes as black dots on top) for point clouds and surfaces too big to draw."""
     colors = part_colors(num_parts)
     faces = _surface_faces(mesh)
     n_faces = sum(len(f) for f in faces) if faces else 0
@@ -210,34 +264,38 @@ def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_po
         from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
         for conn in faces:
-            part = _majority_part(conn, assignment)
-            coll = Poly3DCollection(points[conn], facecolors=colors[part], edgecolors=(0, 0, 0, 0.15),
+            face_colors = colors[_majority_part(conn, assignment)]
+            if ghosts is not None:
+                at_ghost = ghosts[conn].any(1)
+                face_colors[at_ghost] = _darken(face_colors[at_ghost])
+            coll = Poly3DCollection(points[conn], facecolors=face_colors, edgecolors=(0, 0, 0, 0.15),
                                     linewidths=0.1)
             ax.add_collection3d(coll)
-        shown = np.unique(np.concatenate([f.reshape(-1) for f in faces]))
     else:
         if faces:  # huge surface: scatter its nodes only (the interior would hide nothing anyway)
             shown = np.unique(np.concatenate([f.reshape(-1) for f in faces]))
         else:
             shown = np.arange(len(points))
         shown = shown[_subsample(len(shown), max_points, seed)]
+        size = _marker_size_3d(len(shown))
+        ax.computed_zorder = False  # ghosts always on top of the cloud (a cloud hides nothing anyway)
         ax.scatter(points[shown, 0], points[shown, 1], points[shown, 2], c=colors[assignment[shown]],
-                   s=_marker_size_3d(len(shown)), linewidths=0, depthshade=False, rasterized=True)
-    if ghosts is not None:
-        g = shown[ghosts[shown]]
-        if len(g):
-            ax.scatter(points[g, 0], points[g, 1], points[g, 2], c="k", s=_marker_size_3d(len(shown)) * 0.5,
-                       linewidths=0, depthshade=False, rasterized=True)
+                   s=size, linewidths=0, depthshade=False, rasterized=True, zorder=1)
+        if ghosts is not None:
+            g = shown[ghosts[shown]]
+            if len(g):
+                ax.scatter(points[g, 0], points[g, 1], points[g, 2], c="k", s=max(1.5, 2.5 * size),
+                           linewidths=0, depthshade=False, rasterized=True, zorder=2)
     lo, hi = points.min(0), points.max(0)
     ax.set_xlim(lo[0], hi[0])
     ax.set_ylim(lo[1], hi[1])
     ax.set_zlim(lo[2], hi[2])
-    ax.set_box_aspect(tuple(np.maximum(hi - lo, 1e-3 * max(hi - lo))), zoom=1.1)
+    ax.set_box_aspect(tuple(np.maximum(hi - lo, 1e-3 * max(hi - lo))), zoom=1.0)
     ax.view_init(elev=elev, azim=azim)
-    ax.set_xlabel("x")
-    ax.set_ylabel("y")
-    ax.set_zlabel("z")
-    ax.tick_params(labelsize=6)
+    ax.set_xlabel("x", labelpad=0)
+    ax.set_ylabel("y", labelpad=0)
+    ax.set_zlabel("z", labelpad=-4)
+    ax.tick_params(labelsize=6, pad=0)
 
 
 def _draw_projection(ax, points, assignment, num_parts, ghosts, max_points, seed):
@@ -365,9 +423,26 @@ def plot_partition(
             z = fig.add_subplot(1, panels, 2)
             _draw_2d(z, points, mesh, assignment, num_parts, ghosts, box=box, show_cell_edges=True)
             z.set_title("zoom", fontsize=9)
-    fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts), fontsize=10)
+    fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts,
+                                         _ghost_style(points, mesh, max_points)), fontsize=10)
     _save(fig, path, dpi)
     return fig
+
+
+def mesh_zoom_box(mesh) -> Optional[Box]:
+    """The automatic zoom box of a 2D mesh (around its finest cells, see :func:`auto_zoom_box`).
+
+    Args:
+        mesh: a :class:`~meshshard.io.Mesh`.
+
+    Returns:
+        ``(xmin, xmax, ymin, ymax)``, or ``None`` for 3D meshes, point clouds and meshes without a
+        much finer region. Pass it as ``zoom=`` to :func:`plot_partition` (also with ``ax=``).
+    """
+    points, mesh = _points_and_mesh(mesh)
+    if points.shape[1] != 2:
+        return None
+    return _zoom_box(points, mesh, "auto")
 
 
 def _zoom_box(points, mesh, zoom) -> Optional[Box]:
@@ -392,11 +467,20 @@ def _mark_box(ax, box):
     ax.add_patch(Rectangle((box[0], box[2]), box[1] - box[0], box[3] - box[2], fill=False, ec="k", lw=0.8, ls="--"))
 
 
-def _default_title(mesh, num_parts, n, ghosts) -> str:
+def _ghost_style(points, mesh, max_points) -> str:
+    """How ghost nodes show: black dots, or darker faces on a drawn 3D surface."""
+    if points.shape[1] == 3:
+        faces = _surface_faces(mesh)
+        if faces and sum(len(f) for f in faces) <= max_points:
+            return "faces at them darker"
+    return "black"
+
+
+def _default_title(mesh, num_parts, n, ghosts, style="black") -> str:
     name = mesh.source.name if mesh is not None and mesh.source is not None else "points"
     s = f"{name}: {n:,} nodes in {num_parts} parts"
     if ghosts is not None:
-        s += f", {int(ghosts.sum()):,} ghost nodes (black)"
+        s += f", {int(ghosts.sum()):,} ghost nodes ({style})"
     return s
 
 
@@ -487,11 +571,14 @@ def plot_partition_summary(
     text.axis("off")
     lines = [f"nodes: {len(points):,}   parts: {num_parts}", f"sizes: min {sizes.min():,}  max {sizes.max():,}"]
     if ghosts is not None:
-        lines.append(f"ghost nodes (black): {int(ghosts.sum()):,}")
+        # distinct nodes that are a ghost of some other part (the quality report's ghost_nodes
+        # counts a node once per part that holds a copy of it)
+        lines.append(f"ghost nodes, distinct ({_ghost_style(points, mesh, max_points)}): {int(ghosts.sum()):,}")
     for key, value in (quality or {}).items():
         if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
             lines.append(f"{key}: {value:,.4g}" if isinstance(value, (float, np.floating)) else f"{key}: {value:,}")
     text.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8)
-    fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts), fontsize=10)
+    fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts,
+                                         _ghost_style(points, mesh, max_points)), fontsize=10)
     _save(fig, path, dpi)
     return fig

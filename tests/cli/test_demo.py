@@ -29,10 +29,56 @@ def test_demo_quick_on_the_cfd_mesh(tmp_path, data_dir, capsys, monkeypatch):
 
 
 @pytest.mark.timeout(240)
-def test_demo_without_the_data_file_meshes_with_gmsh(tmp_path, capsys):
-    assert main(["demo", "--quick", "--synthetic", "--steps", "3", "--ranks", "3", "--out", str(tmp_path)]) == 0
+def test_demo_without_the_data_file_meshes_with_gmsh(tmp_path, capsys, monkeypatch):
+    """Where the CFD file cannot be found (a pip install away from the data), the demo meshes a
+    cylinder channel with gmsh, puts potential flow on it and runs the same comparison."""
+    from meshshard.cli import demo
+
+    monkeypatch.setattr(demo, "find_cfd_file", lambda: None)
+    assert main(["demo", "--quick", "--steps", "3", "--ranks", "3", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "meshing a cylinder channel with gmsh" in out
+    assert "meshing a cylinder channel with gmsh" in out and "(gmsh cylinder channel" in out
     assert (tmp_path / "cylinder_potential_flow.vtu").exists()
     _check_output(out, 3)
-    assert (tmp_path / "partition.png").exists()
+    assert (tmp_path / "partition.png").stat().st_size > 10_000
+
+
+def test_demo_synthetic_flag_skips_the_data_file(tmp_path, data_dir, monkeypatch):
+    from meshshard.cli import demo
+
+    class Meshed(Exception):
+        pass
+
+    def fake_write(out, num_nodes):
+        raise Meshed(num_nodes)
+
+    monkeypatch.setenv("MESHSHARD_DATA", str(data_dir))
+    monkeypatch.setattr(demo, "_write_synthetic", fake_write)
+    with pytest.raises(Meshed):
+        main(["demo", "--quick", "--synthetic", "--out", str(tmp_path)])
+
+
+def test_demo_finds_the_data_file(tmp_path, monkeypatch):
+    """$MESHSHARD_DATA first, then shared/data beside the checkout the package was imported from,
+    then ../shared/data or ./shared/data from the working directory; None when absent."""
+    from meshshard.cli.demo import DATA_FILE, find_cfd_file
+
+    data = tmp_path / "work" / "shared" / "data"
+    data.mkdir(parents=True)
+    (data / DATA_FILE).write_text("x")
+    clone = tmp_path / "work" / "main"  # a checkout beside shared/
+    (clone / "meshshard" / "cli").mkdir(parents=True)
+    site = tmp_path / "venv" / "lib" / "python3" / "site-packages" / "meshshard" / "cli" / "demo.py"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # editable install / running from the clone: found through the package location
+    assert find_cfd_file(env="", package_file=clone / "meshshard" / "cli" / "demo.py", cwd=elsewhere) == data / DATA_FILE
+    # installed into site-packages, run from the clone's root: found through ../shared/data
+    assert find_cfd_file(env="", package_file=site, cwd=clone) == data / DATA_FILE
+    # ... or from the folder that holds shared/
+    assert find_cfd_file(env="", package_file=site, cwd=tmp_path / "work") == data / DATA_FILE
+    # installed elsewhere and run elsewhere: not found (the demo then meshes with gmsh)
+    assert find_cfd_file(env="", package_file=site, cwd=elsewhere) is None
+    # MESHSHARD_DATA: a folder or the file itself
+    assert find_cfd_file(env=str(data), package_file=site, cwd=elsewhere) == data / DATA_FILE
+    assert find_cfd_file(env=str(data / DATA_FILE), package_file=site, cwd=elsewhere) == data / DATA_FILE

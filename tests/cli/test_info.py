@@ -61,3 +61,36 @@ def test_info_help(capsys):
     with pytest.raises(SystemExit) as e:
         main(["info", "--help"])
     assert e.value.code == 0 and "checksums" in capsys.readouterr().out
+
+
+@pytest.fixture()
+def dataset(data_dir, tmp_path):
+    out = tmp_path / "ds"
+    assert main(["preprocess", str(data_dir / "cylinder_crossflow_re35.vtu"), str(data_dir / "naca0012_inviscid.su2"),
+                 "-k", "2", "-m", "hilbert", "-o", str(out), "--features", "pos", "--targets", "pos[1]",
+                 "--quiet"]) == 0
+    return out
+
+
+def test_info_on_a_preprocessed_dataset(dataset, capsys):
+    capsys.readouterr()
+    assert main(["info", str(dataset), "-q"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("preprocessed dataset", "2 sample(s), 2 parts each", "00000_cylinder_crossflow_re35",
+                   "00001_naca0012_inviscid", "14,831", "5,233", "edge cut", "x: pos_0", "y: pos_1",
+                   "edge_attr: norm", "checksums: all 8 files of 2 sample(s) OK", "'airfoil'"):
+        assert needle in out, (needle, out)
+    assert main(["info", str(dataset), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["verified"] and [s["nodes"] for s in data["samples"]] == [14831, 5233]
+
+
+def test_info_on_a_damaged_dataset(dataset, capsys):
+    bad = dataset / "00001_naca0012_inviscid" / "part_0000.pt"
+    raw = bytearray(bad.read_bytes())
+    raw[len(raw) // 3] ^= 0x01
+    bad.write_bytes(bytes(raw))
+    capsys.readouterr()
+    assert main(["info", str(dataset), "-q"]) == 1
+    err = capsys.readouterr().err
+    assert "00001_naca0012_inviscid/part_0000.pt" in err and "sha256" in err and "00000_" not in err

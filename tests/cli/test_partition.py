@@ -86,6 +86,24 @@ def test_rerun_overwrites_cleanly(data_dir, tmp_path):
     meta = json.loads((out / "meta.json").read_text())
     assert meta["num_parts"] == 2 and meta["seed"] == 3
     assert verify_parts(out) == []
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "part_0000.pt", "part_0001.pt", "partition.pt"]
+
+
+def test_output_folder_of_another_kind_is_refused(data_dir, tmp_path, capsys):
+    src = str(data_dir / "naca0012_inviscid.su2")
+    ds = tmp_path / "ds"
+    assert main(["preprocess", src, "-k", "2", "-o", str(ds), "--features", "pos", "--quiet"]) == 0
+    before = sorted(p.name for p in ds.iterdir())
+    capsys.readouterr()
+    assert main(["partition", src, "-k", "2", "-o", str(ds), "-q"]) == 2
+    assert "meshshard preprocess" in capsys.readouterr().err
+    assert sorted(p.name for p in ds.iterdir()) == before and (ds / "meta.json").exists()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.csv").write_text("1,2")
+    assert main(["partition", src, "-k", "2", "-o", str(mine), "-q"]) == 2
+    assert "results.csv" in capsys.readouterr().err
+    assert sorted(p.name for p in mine.iterdir()) == ["results.csv"]
 
 
 @pytest.mark.parametrize("argv,needle", [

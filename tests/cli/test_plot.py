@@ -51,6 +51,18 @@ def test_plot_point_cloud_folder(data_dir, tmp_path):
     assert (_parts_seen(png, 3, tol=0.05) > 20).all()
 
 
+def test_plot_preprocessed_dataset_sample(data_dir, tmp_path, capsys):
+    ds = tmp_path / "ds"
+    files = [str(data_dir / "naca0012_inviscid.su2"), str(data_dir / "rae2822_turb.su2")]
+    assert main(["preprocess", *files, "-k", "3", "-m", "graph", "-o", str(ds), "--features", "pos", "--quiet"]) == 0
+    png = tmp_path / "rae.png"
+    assert main(["plot", str(ds), "--sample", "1", "-o", str(png), "--dpi", "40", "-q"]) == 0
+    assert (_parts_seen(png, 3) > 50).all()
+    capsys.readouterr()
+    assert main(["plot", str(ds), "--sample", "5", "-o", str(png), "-q"]) == 2
+    assert "2 sample(s)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["{data}/naca0012_inviscid.su2", "-o", "{tmp}/a.png"], "-k"),
     (["{data}/naca0012_inviscid.su2", "-k", "2", "-o", "{tmp}/a.txt"], "image type"),

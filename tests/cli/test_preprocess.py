@@ -108,7 +108,18 @@ def test_corrupted_part_is_detected_and_rewritten(tmp_path, data_dir, capsys):
 def test_preprocess_bad_input(tmp_path, data_dir, capsys):
     vtu = str(data_dir / "cylinder_crossflow_re35.vtu")
     assert main(["preprocess", vtu, "-k", "2", "-o", str(tmp_path / "o"), "--features", "nosuchfield", "--quiet"]) == 2
-    assert "nosuchfield" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # names the missing field and lists the ones the file has
+    assert "'nosuchfield' not found" in err and "available" in err
+    assert all(f in err for f in ("pressure", "velocity", "vorticity_mag")), err
+    assert main(["preprocess", vtu, "-k", "99999", "-o", str(tmp_path / "o"), "--features", "velocity", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "99999" in err and "14831" in err, err  # more parts than nodes: both numbers named
+    assert main(["partition", vtu, "-k", "2", "-o", str(tmp_path / "shards"), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["preprocess", vtu, "-k", "2", "-o", str(tmp_path / "shards"), "--features", "velocity", "--quiet"]) == 2
+    assert "meshshard partition" in capsys.readouterr().err
+    assert (tmp_path / "shards" / "meta.json").exists()
     assert main(["preprocess", str(tmp_path / "missing.vtu"), "-k", "2", "-o", str(tmp_path / "o")]) == 2
     assert main(["preprocess", vtu, "-k", "0", "-o", str(tmp_path / "o"), "--quiet"]) == 2
     mixed = [vtu, str(data_dir / "brick_tets.su2")]  # 2D and 3D: pos has 2 vs 3 columns

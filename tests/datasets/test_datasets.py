@@ -67,12 +67,38 @@ def test_node_types_from_markers_over_several_files(data_dir):
     torch.testing.assert_close(ds.stats.x.std, allx.std(0, unbiased=False), rtol=1e-12, atol=1e-12)
 
 
+def _record_opened_files():
+    """Patch builtins.open (used by torch.load and sha256_file) to record every .pt file opened."""
+    import builtins
+
+    opened = []
+    inner = builtins.open
+
+    def recording_open(file, *args, **kwargs):
+        if str(file).endswith(".pt"):
+            opened.append(str(file))
+        return inner(file, *args, **kwargs)
+
+    builtins.open = recording_open
+    return opened
+
+
 def _sharded_rank(rank, world_size, roots, references):
+    from pathlib import Path
+
     from meshshard.datasets import ShardedMeshDataset, model_inputs
 
+    opened = _record_opened_files()
     out = {}
     for root, (samples, stats, node_types) in zip(roots, references):
         ds = ShardedMeshDataset(root)
+        for i in range(len(ds)):
+            ds[i]
+        # each rank reads only its own part file of every sample, nothing else
+        names = sorted({Path(f).name for f in opened})
+        assert names == [f"part_{rank:04d}.pt"], names
+        assert len({str(Path(f).parent) for f in opened}) == len(ds)
+        opened.clear()
         assert ds.stats.equal(stats), "stored statistics differ from the single-process dataset's"
         assert ds.node_types == node_types
         re = ds.compute_stats()  # from owned rows on every rank, all-reduced
@@ -137,6 +163,54 @@ def test_sharded_dataset_needs_matching_world_size(preprocessed):
         ShardedMeshDataset(preprocessed[2] / "fields")  # world size 1 here
     with pytest.raises(FileNotFoundError, match="meta.json"):
         ShardedMeshDataset(preprocessed[2])  # not a dataset folder
+
+
+def test_point_cloud_files_get_a_knn_graph(tmp_path, data_dir):
+    """A file without cells (.npz point cloud with a point field): MeshDataset and preprocess build
+    the same kNN graph, so statistics and edges agree; too few points give a clear error."""
+    from meshshard.datasets import DatasetStats, MeshDataset, preprocess_dataset, read_dataset_meta
+    from meshshard.graph import load_part
+    from meshshard.io import knn_graph
+
+    pts = np.load(data_dir / "drivaer_body_points.npz")["points"][:3000].astype(np.float64)
+    np.savez(tmp_path / "car.npz", points=pts, height=pts[:, 2] ** 2)
+    ds = MeshDataset([tmp_path / "car.npz"], ["pos"], ["height"], knn=5, dtype=torch.float64)
+    d = ds[0]
+    assert torch.equal(d.edge_index, knn_graph(pts, 5)) and d.edge_attr.shape == (5 * 3000, 4)
+    out = tmp_path / "out"
+    preprocess_dataset([tmp_path / "car.npz"], out, 2, ["pos"], ["height"], knn=5, dtype="float64", progress=False)
+    meta = read_dataset_meta(out)
+    assert meta["knn"] == 5 and meta["samples"][0]["num_edges"] == 5 * 3000
+    assert DatasetStats.from_dict(meta["stats"]).equal(ds.stats)
+    p = load_part(out / meta["samples"][0]["dir"], 1)
+    ids = torch.cat([p["owned_ids"], p["ghost_ids"]])
+    assert torch.equal(ids[p["edge_index"]], d.edge_index[:, p["edge_ids"]])
+    np.savez(tmp_path / "tiny.npz", points=pts[:4], height=pts[:4, 2])
+    with pytest.raises(ValueError, match="knn=8 needs more than 8 points"):
+        MeshDataset([tmp_path / "tiny.npz"], ["pos"], ["height"])[0]
+
+
+def test_output_folder_of_another_kind_is_refused(tmp_path, data_dir):
+    from meshshard.datasets import preprocess_dataset
+    from meshshard.graph import save_parts
+    from meshshard.io import read_mesh
+    from meshshard.partitioners import partition
+
+    vtu = data_dir / "cylinder_crossflow_re35.vtu"
+    mesh = read_mesh(vtu)
+    shards = tmp_path / "shards"
+    save_parts(shards, mesh.edge_index(), partition(mesh.points, 2), progress=False)
+    before = sorted(p.name for p in shards.iterdir())
+    with pytest.raises(ValueError, match="meshshard partition"):
+        preprocess_dataset([vtu], shards, 2, ["velocity"], ["pressure"], progress=False)
+    assert sorted(p.name for p in shards.iterdir()) == before  # nothing deleted or added
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="notes.txt"):
+        preprocess_dataset([vtu], other, 2, ["velocity"], ["pressure"], progress=False)
+    with pytest.raises(ValueError, match="not a folder"):
+        preprocess_dataset([vtu], other / "notes.txt", 2, ["velocity"], ["pressure"], progress=False)
 
 
 def test_synthetic_cylinder_channel():

@@ -33,6 +33,7 @@ def test_torchrun_two_ranks_check_and_resume(tmp_path, data_dir):
     assert m, out
     assert float(m.group(1)) < 1e-10 and float(m.group(2)) < 1e-10, out
     assert "backend gloo" in out and "steps 0..3" in out
+    assert "train: 100%" in out and "loss=" in out  # rank 0's progress bar with the whole-mesh loss
     state = torch.load(ckpt, weights_only=True)
     assert state["step"] == 3 and not list(tmp_path.glob(".ckpt.pt.*")), "no temporary checkpoint left"
     out = _torchrun(*common, "--steps", "5", "--resume", "--check", "--exchange", "per_layer")

@@ -2,7 +2,10 @@
 
 Real mesh: cylinder_crossflow_re35.vtu (14,831 nodes, a CFD solution): x = velocity, y = pressure.
 Checked per world size 1..4 and both exchange modes: owned forward rows, the global loss, every
-parameter gradient (after the all-reduce), and the parameters after one optimizer step.
+parameter gradient (after the all-reduce), and the parameters after one optimizer step; the number
+of halo exchanges per forward (one per layer, or one in all); and that several Adam steps with
+``train_step`` keep the replicated parameters bit-identical on every rank and equal to the
+single-process ones.
 """
 import pytest
 import torch
@@ -55,9 +58,36 @@ def _reference(x, ei, e, y, dtype):
     return pred.detach(), loss.detach(), grads, {k: p.detach().clone() for k, p in model.named_parameters()}
 
 
-def _sharded_rank(rank, world_size, x, ei, e, y, pos, references):
+ADAM_STEPS = 3
+
+
+def _adam_reference(x, ei, e, y):
+    """Whole-mesh float64 parameters after ADAM_STEPS train_step calls, and the losses."""
+    from meshshard.models import train_step
+
+    model = _model(torch.float64)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = [train_step(model, opt, x, e, y, edge_index=ei) for _ in range(ADAM_STEPS)]
+    return losses, torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def _counting_exchange(g):
+    """Wrap g.exchange to count its calls (forward only)."""
+    calls = []
+    inner = g.exchange
+
+    def exchange(t):
+        calls.append(t.shape)
+        return inner(t)
+
+    g.exchange = exchange
+    return calls
+
+
+def _sharded_rank(rank, world_size, x, ei, e, y, pos, references, adam_ref):
     from meshshard import ShardedGraph
-    from meshshard.models import global_mse_loss
+    from meshshard.distributed import all_gather_into_tensor
+    from meshshard.models import global_mse_loss, train_step
 
     part = _partition(pos, world_size)
     results = {}
@@ -68,7 +98,11 @@ def _sharded_rank(rank, world_size, x, ei, e, y, pos, references):
             owned = g.global_ids[: g.num_owned]
             model = _model(dtype, seed=0 if rank == 0 else 100 + rank)  # other ranks differ until broadcast
             model.broadcast_parameters(src=0)
+            calls = _counting_exchange(g)
             pred = model(x[owned].to(dtype), e[g.edge_ids].to(dtype), graph=g, exchange=mode)
+            # one exchange of the hidden latents per processor layer, or one of the raw inputs in all
+            want = [(g.num_owned, HIDDEN)] * NUM_LAYERS if mode == "per_layer" else [(g.num_owned, 3)]
+            assert [tuple(c) for c in calls] == want, (mode, calls)
             loss = global_mse_loss(pred, y[owned].to(dtype))
             loss.backward()
             model.all_reduce_gradients()
@@ -85,6 +119,19 @@ def _sharded_rank(rank, world_size, x, ei, e, y, pos, references):
                 num_ghost=g.num_ghost,
                 loss_value=float(loss.detach()),
             )
+    # Several Adam steps through train_step: replicas stay bit-identical and equal the reference.
+    g = ShardedGraph.from_partition(ei, part, halo_hops=1)
+    owned = g.global_ids[: g.num_owned]
+    model = _model(torch.float64, seed=0 if rank == 0 else 7 + rank)
+    model.broadcast_parameters(src=0)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = [train_step(model, opt, x[owned], e[g.edge_ids], y[owned], graph=g) for _ in range(ADAM_STEPS)]
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    everyone = all_gather_into_tensor(flat)  # [world, P]
+    assert all(torch.equal(everyone[0], row) for row in everyone), "replicated parameters drifted apart"
+    ref_losses, ref_flat = adam_ref
+    results["adam"] = dict(param=float((flat - ref_flat).abs().max()),
+                           loss=max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)))
     # exchange="once" needs enough hops: a clear error, not a wrong answer.
     g1 = ShardedGraph.from_partition(ei, part, halo_hops=1)
     owned = g1.global_ids[: g1.num_owned]
@@ -99,6 +146,12 @@ def cylinder(data_dir):
 
 
 @pytest.fixture(scope="module")
+def adam_reference(cylinder):
+    x, ei, e, y, _ = cylinder
+    return _adam_reference(x, ei, e, y)
+
+
+@pytest.fixture(scope="module")
 def references(cylinder):
     """Whole-mesh forward, loss, gradients and parameters after one SGD step, per dtype."""
     x, ei, e, y, _ = cylinder
@@ -107,9 +160,11 @@ def references(cylinder):
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-def test_sharded_equals_single_process(cylinder, references, world_size):
-    results = run_distributed(_sharded_rank, world_size, args=(*cylinder, references), timeout=280)
+def test_sharded_equals_single_process(cylinder, references, adam_reference, world_size):
+    results = run_distributed(_sharded_rank, world_size, args=(*cylinder, references, adam_reference), timeout=280)
     for rank, res in enumerate(results):
+        adam = res.pop("adam")
+        assert adam["param"] <= 1e-10 and adam["loss"] <= 1e-10, f"rank {rank}: after {ADAM_STEPS} Adam steps {adam}"
         assert len(res) == 6
         for (dtype, mode, hops), r in res.items():
             tol = 1e-10 if "float64" in dtype else 1e-5

@@ -93,6 +93,43 @@ def test_3d_tet_mesh_surface(data_dir, tmp_path):
     assert (_parts_seen(path, 4, tol=0.12) > 50).all()
 
 
+def test_3d_ghosts_marked_by_darker_faces(data_dir, tmp_path):
+    """On a drawn 3D surface the faces at ghost nodes are darker shades of their part colour."""
+    mesh = read_mesh(data_dir / "brick_tets.su2")
+    part = _slab_partition(mesh.points, 3)
+    on, off = tmp_path / "on.png", tmp_path / "off.png"
+    plot_partition(mesh, part, path=on, dpi=50)
+    plot_partition(mesh, part, path=off, dpi=50, show_ghosts=False)
+    dark = part_colors(3)[:, :3] * 0.45
+
+    def dark_pixels(png):
+        img = mpimg.imread(png)[..., :3]
+        return sum(int((np.abs(img - c).max(-1) < 0.08).sum()) for c in dark)
+
+    assert dark_pixels(on) > 200 and dark_pixels(off) < 20, (dark_pixels(on), dark_pixels(off))
+
+
+def test_3d_surface_from_volume_cells_and_surface_meshes(data_dir):
+    """The drawn surface of a tet mesh is its outer faces even when the file has no boundary
+    cells; a triangle surface in 3D space is drawn as its triangles."""
+    from meshshard.io import Mesh
+    from meshshard.viz.partition_plot import _surface_faces
+
+    brick = read_mesh(data_dir / "brick_tets.su2")
+    bare = Mesh(brick.points, cells={"tetra": brick.cells["tetra"]})  # no boundary cells
+    faces = _surface_faces(bare)
+    assert len(faces) == 1
+    got = {tuple(r) for r in np.sort(faces[0], 1)}
+    want = {tuple(r) for r in np.sort(brick.boundary_cells["triangle"], 1)}
+    assert got == want  # the file's boundary triangles cover the whole box
+    # one hexahedron: 6 quads; a surface mesh: its triangles
+    cube = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 1], [1, 0, 1], [1, 1, 1], [0, 1, 1]], float)
+    assert [f.shape for f in _surface_faces(Mesh(cube, cells={"hexahedron": np.arange(8)[None]}))] == [(6, 4)]
+    surf = Mesh(cube, cells={"triangle": np.array([[0, 1, 2], [4, 5, 6]])})
+    assert [f.shape for f in _surface_faces(surf)] == [(2, 3)]
+    assert _surface_faces(Mesh.from_points(cube)) is None
+
+
 def test_point_cloud_subsampled_with_knn_ghosts(data_dir, tmp_path):
     pts = np.load(data_dir / "drivaer_body_points.npz")["points"]
     part = _slab_partition(pts, 3)
@@ -100,6 +137,10 @@ def test_point_cloud_subsampled_with_knn_ghosts(data_dir, tmp_path):
     path = tmp_path / "car.png"
     plot_partition(pts, part, edge_index=ei, path=path, dpi=50, max_points=20_000)
     assert (_parts_seen(path, 3, tol=0.05) > 20).all()
+    plot_partition(pts, part, edge_index=ei, path=tmp_path / "car_off.png", dpi=50, max_points=20_000,
+                   show_ghosts=False)
+    black = [int((mpimg.imread(p)[..., :3].max(-1) < 0.1).sum()) for p in (path, tmp_path / "car_off.png")]
+    assert black[0] > black[1] + 100, black  # the ghost band between the slabs shows in black
     # a point cloud without a graph: no ghosts, still drawn
     plot_partition(torch.from_numpy(pts[:5000]), part.assignment[:5000], path=tmp_path / "c2.png", dpi=40)
     assert (tmp_path / "c2.png").stat().st_size > 5000
