@@ -59,7 +59,6 @@ def test_graph_weights():
     a = part.assignment
     assert a[1] == a[2]
     # node weights: one node as heavy as the rest together ends up alone-ish
-    rng = np.random.default_rng(0)
     n = 200
     ring = np.stack([np.arange(n), (np.arange(n) + 1) % n])
     w = np.ones(n)

@@ -123,7 +123,6 @@ def _ops_check(x_full, sizes, mesh, placements, rank_in_shard, seed):
 
 
 def _redistribute_checks(x_full, sizes, mesh, rank, world):
-    import meshshard as ms
     from meshshard.distributed import Partial, Replicate, Shard
     from meshshard.tensor import ShardTensor
     from meshshard.tensor.spec import chunk_sizes
@@ -474,7 +473,6 @@ def _registry_checks(x_full, mesh, rank, sizes):
 
 
 def _rank_1d(rank, world, data_dir):
-    import meshshard as ms
     from meshshard.distributed import Shard, init_device_mesh
 
     torch.set_default_dtype(torch.float64)
@@ -494,7 +492,6 @@ def _rank_1d(rank, world, data_dir):
 
 def _rank_2d(rank, world, data_dir):
     """2 x 2 mesh: Replicate on "dp", Shard(0) on "domain" (uneven domain shards 5 and 2)."""
-    import meshshard as ms
     from meshshard.distributed import Replicate, Shard, init_device_mesh
     from meshshard.tensor import ShardTensor, scatter_tensor
 
