@@ -25,6 +25,10 @@ def test_partition_cfd_mesh(tmp_path, data_dir):
         assert row, out
         assert int(row.group(1)) > 0 and 1.0 <= float(row.group(2)) < 1.2  # a cut exists; balanced parts
     assert png.stat().st_size > 10_000
+    import matplotlib.image as mpimg
+
+    h, w = mpimg.imread(png).shape[:2]
+    assert (h, w) == (int(8.4 * 110), int(18 * 110)), (h, w)  # 4 methods, and a zoom row on the airfoil
 
 
 @pytest.mark.timeout(300)
@@ -37,3 +41,20 @@ def test_point_cloud_knn_matches_single_process(data_dir):
     assert all(float(v) < 1e-10 for v in m.groups()), out
     ghosts = [int(g) for g in re.findall(r"owned \+ (\d+) ghost", out)]
     assert len(ghosts) == 2 and min(ghosts) > 0
+
+
+@pytest.mark.timeout(200)
+def test_distributed_core_spawned_with_an_empty_rank():
+    out = _run([EXAMPLES / "distributed_core.py", "--ranks", "4", "--empty-rank"], timeout=180)
+    assert "all checks passed on 4 ranks" in out, out
+    diffs = [float(d) for d in re.findall(r"max \|diff\| ([0-9.e+-]+)", out)]
+    assert len(diffs) == 11 and max(diffs) <= 1e-12, out
+    assert "different layouts) raises" in out
+
+
+@pytest.mark.timeout(200)
+def test_distributed_core_under_torchrun():
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(EXAMPLES / "distributed_core.py")], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "all checks passed on 2 ranks" in proc.stdout
