@@ -86,7 +86,9 @@ def save_parts(
     """Write a partitioned graph as one file per part (single process).
 
     Args:
-        out_dir: output directory (created).
+        out_dir: output directory (created). Written into again, it ends with exactly this
+            partition's files: ``meta.json`` is removed first (so no old checksums vouch for new
+            files while they are written) and part files beyond ``num_parts`` are deleted.
         edge_index: ``LongTensor [2, E]`` global edges (row 0 source, row 1 target).
         partition: :class:`meshshard.partitioners.Partition` of the ``N`` nodes.
         node_data: ``{name: Tensor [N, ...]}``; each part stores its owned + ghost rows.
@@ -152,13 +154,14 @@ def save_parts(
         atomic_torch_save(part, out / name)
         files[name] = sha256_file(out / name)
 
-    quality = None
-    try:
-        from meshshard.partitioners import partition_quality
-    except ImportError:  # the quality report lands with the partitioners; leave it out until then
-        partition_quality = None
-    if partition_quality is not None:
-        quality = {k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in partition_quality(partition, ei).items()}
+    # parts of an earlier run with more parts would look like ours to a reader that globs: remove them
+    for stale in out.glob("part_*.pt"):
+        if stale.name not in files:
+            stale.unlink()
+
+    from meshshard.partitioners import partition_quality
+
+    quality = {k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in partition_quality(partition, ei).items()}
 
     info = {
         "format_version": FORMAT_VERSION,

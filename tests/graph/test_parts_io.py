@@ -142,3 +142,12 @@ def test_bad_input(tmp_path, brick):
     (tmp_path / "b" / "meta.json").write_text(json.dumps({"hello": 1}))
     with pytest.raises(ValueError, match="meta.json"):
         read_meta(tmp_path / "b")
+
+
+def test_rewriting_with_fewer_parts_leaves_no_stale_part(tmp_path, brick):
+    pts, ei, _ = brick
+    out = _save(tmp_path / "s", (pts, ei, make_partition(pts, ei, 4, "hilbert")))
+    assert (out / "part_0003.pt").exists()
+    _save(out, brick)  # 3 parts into the same folder
+    assert sorted(p.name for p in out.glob("part_*.pt")) == ["part_0000.pt", "part_0001.pt", "part_0002.pt"]
+    assert read_meta(out)["num_parts"] == 3 and verify_parts(out) == []
