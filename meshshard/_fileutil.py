@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Iterator, Optional, Union
 
-__all__ = ["atomic_path", "atomic_torch_save", "sha256_file"]
+__all__ = ["atomic_path", "atomic_torch_save", "sha256_file", "read_json_dict"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -52,3 +53,16 @@ def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:
                 break
             h.update(b)
     return h.hexdigest()
+
+
+def read_json_dict(path: PathLike) -> Optional[dict]:
+    """The JSON object in ``path``, or ``None`` when the file is not valid JSON or not an object.
+
+    Args:
+        path: a file that exists (e.g. a folder's ``meta.json``, to tell which kind of folder it is).
+    """
+    try:
+        d = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return d if isinstance(d, dict) else None

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from meshshard._fileutil import read_json_dict
 from meshshard.cli._mesh_cmd import (METHODS, format_quality, format_table, load_mesh_and_graph, progress,
                                      run_partition)
 
@@ -40,10 +40,7 @@ def check_shard_dir(out: Path) -> None:
         raise ValueError(f"-o {out} exists and is not a folder")
     meta = out / "meta.json"
     if meta.exists():
-        try:
-            d = json.loads(meta.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            d = None
+        d = read_json_dict(meta)
         if isinstance(d, dict) and d.get("format") == "meshshard-dataset":
             raise ValueError(f"-o {out} holds a dataset written by `meshshard preprocess`, a different format; "
                              "choose another output folder")

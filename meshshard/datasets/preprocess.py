@@ -32,7 +32,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 
-from meshshard._fileutil import atomic_path, sha256_file
+from meshshard._fileutil import atomic_path, read_json_dict, sha256_file
 from meshshard.datasets.stats import DatasetStats, Moments, STAT_KEYS
 
 __all__ = ["preprocess_dataset", "PreprocessResult", "DATASET_FORMAT", "DATASET_FORMAT_VERSION", "sample_dir_name",
@@ -302,10 +302,7 @@ def check_dataset_dir(out: PathLike) -> None:
         raise ValueError(f"output {out} exists and is not a folder")
     meta = out / "meta.json"
     if meta.exists():
-        try:
-            d = json.loads(meta.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            d = None
+        d = read_json_dict(meta)
         if isinstance(d, dict) and d.get("format") == DATASET_FORMAT:
             return
         what = ("a shard folder written by `meshshard partition`" if isinstance(d, dict) and "num_parts" in d
