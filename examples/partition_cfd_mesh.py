@@ -3,7 +3,7 @@
     python examples/partition_cfd_mesh.py                       # the cylinder cross-flow solution
     python examples/partition_cfd_mesh.py ../shared/data/rae2822_turb.su2 -k 8 --out rae.png
 
-Prints one row per method: edge cut (directed edges whose ends lie in different parts), load
+Prints one row per method: edge cut (undirected edges whose ends lie in different parts), load
 imbalance (largest part / mean), ghost nodes, communication volume per halo exchange, the most
 neighbouring parts of any part, and the time taken; then draws the four partitions side by side.
 """

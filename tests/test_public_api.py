@@ -36,7 +36,9 @@ def _documented_callables(mod):
                     val = val.__func__
                 elif isinstance(val, property):
                     val = val.fget
-                if inspect.isfunction(val):
+                # only methods written in the class's own module: PyG generates propagate() & co.
+                # per MessagePassing subclass, in modules of its own, when the first one is built
+                if inspect.isfunction(val) and val.__module__ == obj.__module__:
                     yield f"{name}.{attr}", val
 
 
