@@ -1,0 +1,63 @@
+"""Every benchmark runs in its --quick mode and prints its tables (so the scripts cannot rot).
+
+Speed and memory are not asserted here (benchmarks measure them; tests do not); only that each
+script finishes, prints the ratio tables it documents, and that its exactness columns say exact.
+"""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _run(name, timeout):
+    proc = subprocess.run([sys.executable, str(BENCH / name), "--quick"], capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _table_rows(out, first_cell):
+    return [line for line in out.splitlines() if line.startswith(f"| {first_cell}")]
+
+
+@pytest.mark.timeout(180)
+def test_bench_partition():
+    out = _run("bench_partition.py", 170)
+    assert len(_table_rows(out, "1e+05")) == 2 and len(_table_rows(out, "1e+06")) == 2
+    for mesh in ("naca0012_inviscid.su2", "brick_tets.su2", "cylinder_crossflow_re35.vtu"):
+        assert _table_rows(out, mesh), mesh
+    assert "peak memory" in out and "targets of issue 2" in out
+
+
+@pytest.mark.timeout(180)
+def test_bench_collectives():
+    out = _run("bench_collectives.py", 170)
+    for op in ("all_gather_v", "gather_v", "scatter_v", "all_to_all_v", "indexed_all_to_all_v", "ShardTensor rebalance"):
+        rows = _table_rows(out, op)
+        assert len(rows) >= 2, op  # world sizes 2 and 4
+        for row in rows:
+            ratios = [float(c) for c in row.strip("|").split("|")[4:]]
+            assert ratios and all(r > 0 for r in ratios), row
+
+
+@pytest.mark.timeout(240)
+def test_bench_graph_ops():
+    out = _run("bench_graph_ops.py", 230)
+    for method in ("kdtree", "morton", "hilbert", "graph"):
+        assert _table_rows(out, method), method
+    assert _table_rows(out, "1 process (whole mesh)") and _table_rows(out, "4 ranks")
+    knn = [r for r in out.splitlines() if re.match(r"\| \d \| (kdtree|random) \|", r)]
+    assert knn and all(r.rstrip(" |").endswith("yes") for r in knn), knn  # sharded kNN exact
+
+
+@pytest.mark.timeout(180)
+def test_bench_meshgraphnet():
+    out = _run("bench_meshgraphnet.py", 170)
+    rows = {int(r.split("|")[1]): r for r in out.splitlines() if re.match(r"\| [124] \| \d", r)}
+    assert sorted(rows) == [1, 2, 4], out
+    fraction = {p: float(rows[p].split("|")[5]) for p in rows}
+    assert fraction[1] == 1.0 and all(f > 0 for f in fraction.values())  # a ratio to P=1 was measured
