@@ -26,24 +26,14 @@ import time
 import torch
 
 import meshshard.distributed as msd
+from meshshard.distributed import Replicate, Shard
 from meshshard.distributed import autograd as ag
+from meshshard.tensor import ShardTensor
 from meshshard.testing import run_distributed
 
 COLS = 64  # float32 columns: 256 bytes per row
 TARGET, TARGET_MIN_BYTES = 1.2, 1 << 20
 SIZES = {"1K": 1 << 10, "16K": 1 << 14, "256K": 1 << 18, "1M": 1 << 20, "4M": 1 << 22, "16M": 1 << 24, "64M": 1 << 26}
-
-
-def _shard_tensor_api():
-    try:
-        from meshshard.tensor import ShardTensor  # noqa: F401
-        from meshshard.distributed import Replicate, Shard
-
-        if not hasattr(ShardTensor, "redistribute"):
-            return None
-        return ShardTensor, Shard, Replicate
-    except Exception:  # noqa: BLE001 - layer 2 may not exist yet
-        return None
 
 
 def _time(fn, iters, dev):
@@ -100,46 +90,39 @@ def _cases(rank, world, rows, dev):
     idx = list(perm.split(split))
     cases.append(("indexed_all_to_all_v", lambda x=x: ag.indexed_all_to_all_v(x, idx, mat), split, split, x))
 
-    api = _shard_tensor_api()
-    if api is not None:
-        ShardTensor, Shard, Replicate = api
-        try:
-            mesh = msd.init_device_mesh(dev.type, (world,))
-            made = {}
+    mesh = msd.init_device_mesh(dev.type, (world,))
+    made = {}
 
-            def shard_tensor(t):
-                """The ShardTensor of ``t``, built once (outside the timed calls): only
-                ``redistribute`` is timed. A ``t`` that requires grad gives a leaf ShardTensor."""
-                if id(t) not in made:
-                    st = ShardTensor.from_local(t.detach(), mesh, (Shard(0),), sharding_shapes={0: [(rows, COLS)] * world})
-                    made[id(t)] = (t, st.requires_grad_(t.requires_grad))
-                return made[id(t)][1]
+    def shard_tensor(t):
+        """The ShardTensor of ``t``, built once (outside the timed calls): only
+        ``redistribute`` is timed. A ``t`` that requires grad gives a leaf ShardTensor."""
+        if id(t) not in made:
+            st = ShardTensor.from_local(t.detach(), mesh, (Shard(0),), sharding_shapes={0: [(rows, COLS)] * world})
+            made[id(t)] = (t, st.requires_grad_(t.requires_grad))
+        return made[id(t)][1]
 
-            def to_replicate(x=x):
-                return shard_tensor(x).redistribute(placements=(Replicate(),)).to_local()
+    def to_replicate(x=x):
+        return shard_tensor(x).redistribute(placements=(Replicate(),)).to_local()
 
-            cases.append(("ShardTensor Shard(0)->Replicate", to_replicate, [rows] * world, sizes, x))
+    cases.append(("ShardTensor Shard(0)->Replicate", to_replicate, [rows] * world, sizes, x))
 
-            # Rebalance: rank r goes from `rows` rows to rows * (1 + (r - (W-1)/2) / W) (integer).
-            new = [rows + (2 * r - (world - 1)) * rows // (2 * world) for r in range(world)]
-            new[-1] += rows * world - sum(new)
-            old_off = [rows * r for r in range(world + 1)]
-            new_off = [sum(new[:r]) for r in range(world + 1)]
+    # Rebalance: rank r goes from `rows` rows to rows * (1 + (r - (W-1)/2) / W) (integer).
+    new = [rows + (2 * r - (world - 1)) * rows // (2 * world) for r in range(world)]
+    new[-1] += rows * world - sum(new)
+    old_off = [rows * r for r in range(world + 1)]
+    new_off = [sum(new[:r]) for r in range(world + 1)]
 
-            def overlap(a0, a1, b0, b1):
-                return max(0, min(a1, b1) - max(a0, b0))
+    def overlap(a0, a1, b0, b1):
+        return max(0, min(a1, b1) - max(a0, b0))
 
-            send = [overlap(old_off[rank], old_off[rank + 1], new_off[j], new_off[j + 1]) for j in range(world)]
-            recv = [overlap(old_off[j], old_off[j + 1], new_off[rank], new_off[rank + 1]) for j in range(world)]
+    send = [overlap(old_off[rank], old_off[rank + 1], new_off[j], new_off[j + 1]) for j in range(world)]
+    recv = [overlap(old_off[j], old_off[j + 1], new_off[rank], new_off[rank + 1]) for j in range(world)]
 
-            def rebalance(x=x):
-                out = shard_tensor(x).redistribute(placements=(Shard(0),), sharding_shapes={0: [(n, COLS) for n in new]})
-                return out.to_local()
+    def rebalance(x=x):
+        out = shard_tensor(x).redistribute(placements=(Shard(0),), sharding_shapes={0: [(n, COLS) for n in new]})
+        return out.to_local()
 
-            cases.append(("ShardTensor rebalance Shard(0)", rebalance, send, recv, x))
-        except Exception as exc:  # noqa: BLE001 - report, do not fail the other rows
-            if rank == 0:
-                print(f"note: ShardTensor rows skipped ({type(exc).__name__}: {exc})")
+    cases.append(("ShardTensor rebalance Shard(0)", rebalance, send, recv, x))
     return cases
 
 
@@ -234,8 +217,6 @@ def main(argv=None):
         if False in modes:
             cells.append(_fmt(r.get(("fwdbwd", False))))
         print("| " + " | ".join(cells) + " |")
-    if _shard_tensor_api() is None:
-        print("\nnote: meshshard.tensor.ShardTensor.redistribute not available yet; its rows are skipped.")
     # The target of the issue: <= 1.2x the raw all-to-all at payloads of 1 MB per rank and more.
     big = [r for r in rows if SIZES[r["payload"]] >= TARGET_MIN_BYTES]
     over = [f"{r['op']} W={r['world']} {r['payload']} ({key} {r[(key, True)]:.2f}x)"
