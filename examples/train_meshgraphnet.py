@@ -95,7 +95,7 @@ def main(argv=None) -> int:
         # sharded model before every step.
         files = [s["source"] for s in ds.meta["samples"]]
         full = MeshDataset(files, ds.meta["features"], ds.meta["targets"], node_types=ds.node_types,
-                           stats=ds.stats, dtype=dtype, knn=int(ds.meta.get("knn", 8)))
+                           stats=ds.stats, dtype=dtype, knn=int(ds.meta["knn"]))
         ref_model = MeshGraphNet(ds.num_node_features, ds.num_edge_features, ds.num_targets, hidden=args.hidden,
                                  num_layers=args.layers, mlp_layers=args.mlp_layers).to(device=device, dtype=dtype)
         ref_data = []

@@ -41,7 +41,8 @@ def load_mesh_and_graph(path, knn: int, bar=None):
     Returns:
         (mesh, edge_index [2, E], graph_info dict for meta.json)
     """
-    from meshshard.io import knn_graph, read_mesh
+    from meshshard.datasets.fields import mesh_graph
+    from meshshard.io import read_mesh
 
     if bar is not None:
         bar.set_postfix_str(f"reading {Path(path).name}")
@@ -49,17 +50,9 @@ def load_mesh_and_graph(path, knn: int, bar=None):
     if bar is not None:
         bar.update()
         bar.set_postfix_str("building graph")
-    if mesh.is_point_cloud:
-        if knn < 1:
-            raise ValueError(f"--knn must be >= 1, got {knn}")
-        if knn > mesh.num_nodes - 1:
-            raise ValueError(f"--knn {knn} needs more than {knn} points; {path} has {mesh.num_nodes}")
-        # directed, as PyG's knn_graph: row 0 the neighbour, row 1 the query point
-        edge_index = knn_graph(mesh.points, knn)
-        info = {"graph": "knn", "knn_k": knn}
-    else:
-        edge_index = mesh.edge_index()
-        info = {"graph": "mesh_edges", "cell_types": sorted(mesh.cells)}
+    edge_index = mesh_graph(mesh, knn)  # element edges, or the directed kNN graph of a point cloud
+    info = {"graph": "knn", "knn_k": knn} if mesh.is_point_cloud else \
+        {"graph": "mesh_edges", "cell_types": sorted(mesh.cells)}
     if bar is not None:
         bar.update()
     return mesh, edge_index, info

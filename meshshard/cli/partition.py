@@ -13,6 +13,8 @@ import torch
 from meshshard._fileutil import read_json_dict
 from meshshard.cli._mesh_cmd import (METHODS, format_quality, format_table, load_mesh_and_graph, progress,
                                      run_partition)
+from meshshard.datasets.fields import DEFAULT_KNN
+from meshshard.datasets.preprocess import DATASET_FORMAT
 
 HELP = "split a mesh or point cloud into shards and write them (DESIGN.md's format)"
 
@@ -40,11 +42,11 @@ def check_shard_dir(out: Path) -> None:
         raise ValueError(f"-o {out} exists and is not a folder")
     meta = out / "meta.json"
     if meta.exists():
-        d = read_json_dict(meta)
-        if isinstance(d, dict) and d.get("format") == "meshshard-dataset":
+        d = read_json_dict(meta) or {}
+        if d.get("format") == DATASET_FORMAT:
             raise ValueError(f"-o {out} holds a dataset written by `meshshard preprocess`, a different format; "
                              "choose another output folder")
-        if not (isinstance(d, dict) and "num_parts" in d and "files" in d):
+        if not ("num_parts" in d and "files" in d):
             raise ValueError(f"-o {out} holds a meta.json that is not a meshshard shard folder's; "
                              "choose another output folder")
     other = sorted(p.name for p in out.iterdir() if not p.name.startswith(".") and not _SHARD_FILE.match(p.name))
@@ -52,14 +54,6 @@ def check_shard_dir(out: Path) -> None:
         shown = ", ".join(other[:5]) + (", ..." if len(other) > 5 else "")
         raise ValueError(f"-o {out} exists and holds files that are not shards ({shown}); choose another "
                          "output folder (or an empty one)")
-
-
-def _remove_stale_parts(out: Path, num_parts: int) -> None:
-    """Delete part files of an earlier run with more parts (meta.json no longer lists them)."""
-    for p in out.glob("part_*.pt"):
-        m = re.match(r"^part_(\d+)\.pt$", p.name)
-        if m and int(m.group(1)) >= num_parts:
-            p.unlink()
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,8 +75,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-refine", action="store_true", help="skip the boundary refinement that lowers the "
                         "edge cut of geometric partitions")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
-    parser.add_argument("--knn", type=int, default=8, metavar="K", help="neighbours per point for point clouds, "
-                        "which have no cells (default: 8)")
+    parser.add_argument("--knn", type=int, default=DEFAULT_KNN, metavar="K", help="neighbours per point for point "
+                        f"clouds, which have no cells (default: {DEFAULT_KNN})")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
@@ -126,8 +120,7 @@ def run(args: argparse.Namespace) -> int:
     }
     save_parts(out, edge_index, part, node_data=node_data, halo_hops=args.halo_hops, meta=meta,
                progress=not args.quiet)
-    info = read_meta(out)
-    _remove_stale_parts(out, part.num_parts)
+    info = read_meta(out)  # save_parts also removed the parts of an earlier run with more parts
     elapsed = time.perf_counter() - t0
 
     sizes = list(part.sizes)

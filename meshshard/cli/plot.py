@@ -5,6 +5,7 @@ import argparse
 from pathlib import Path
 
 from meshshard.cli._mesh_cmd import METHODS, load_mesh_and_graph, progress, run_partition
+from meshshard.datasets.fields import DEFAULT_KNN
 
 HELP = "draw a partition: cells coloured by part, ghost nodes marked, part sizes"
 
@@ -28,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default: kdtree)")
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
     parser.add_argument("--no-refine", action="store_true", help="skip boundary refinement")
-    parser.add_argument("--knn", type=int, default=8, metavar="K", help="neighbours per point for point clouds "
-                        "(default: 8; a shard folder uses the k it was made with)")
+    parser.add_argument("--knn", type=int, default=DEFAULT_KNN, metavar="K", help="neighbours per point for point "
+                        f"clouds (default: {DEFAULT_KNN}; a shard folder uses the k it was made with)")
     parser.add_argument("--mesh", metavar="PATH", help="for a shard folder: the mesh file, when it moved since "
                         "partitioning (its sha256 must match meta.json)")
     parser.add_argument("--sample", type=int, default=0, metavar="I", help="for a dataset folder: the sample to draw "

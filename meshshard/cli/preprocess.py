@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from meshshard.datasets.fields import DEFAULT_KNN
+
 HELP = "turn a dataset of meshes with fields into sharded training data (one shard folder per sample)"
 
 __all__ = ["HELP", "add_arguments", "run"]
@@ -28,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=1, help="files processed in parallel (processes)")
     parser.add_argument("--seed", type=int, default=0, help="partitioner seed")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="feature storage dtype")
-    parser.add_argument("--knn", type=int, default=8, metavar="K",
-                        help="neighbours per point for point clouds (files without cells, e.g. .npz) (default 8)")
+    parser.add_argument("--knn", type=int, default=DEFAULT_KNN, metavar="K",
+                        help=f"neighbours per point for point clouds (files without cells, e.g. .npz) (default {DEFAULT_KNN})")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 

@@ -33,6 +33,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 import torch
 
 from meshshard._fileutil import atomic_path, read_json_dict, sha256_file
+from meshshard.datasets.fields import DEFAULT_KNN
 from meshshard.datasets.stats import DatasetStats, Moments, STAT_KEYS
 
 __all__ = ["preprocess_dataset", "PreprocessResult", "DATASET_FORMAT", "DATASET_FORMAT_VERSION", "sample_dir_name",
@@ -98,7 +99,7 @@ def _sample_is_done(sample_dir: Path, settings: dict, source_sha: str) -> Option
 def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: int = 1) -> dict:
     """Read, partition and write one sample (runs in a worker process). Returns its meta.json."""
     torch.set_num_threads(max(1, threads))
-    from meshshard.datasets.fields import DEFAULT_KNN, field_columns, mesh_arrays, node_type_ids
+    from meshshard.datasets.fields import field_columns, mesh_arrays, node_type_ids
     from meshshard.datasets.stats import sample_moments
     from meshshard.graph import read_meta, save_parts
     from meshshard.io import read_mesh
@@ -115,7 +116,7 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     mesh = read_mesh(src)
     names = sorted(mesh.node_sets)  # per-sample node types: ids into this sorted list (0 = interior)
     data = SimpleNamespace(**mesh_arrays(mesh, settings["features"], settings["targets"], names, dtype=torch.float64,
-                                         knn=settings.get("knn", DEFAULT_KNN)))
+                                         knn=settings["knn"]))
     moments = sample_moments(data)
     method = settings["method"]
     part = partition(mesh.points, settings["num_parts"], method=method,
@@ -156,7 +157,7 @@ def preprocess_dataset(
     dtype: str = "float32",
     progress: bool = True,
     on_sample: Optional[Callable[[str, bool], None]] = None,
-    knn: int = 8,
+    knn: int = DEFAULT_KNN,
 ) -> PreprocessResult:
     """Partition every mesh of a dataset and write it as sharded training data (see module doc).
 
@@ -302,10 +303,10 @@ def check_dataset_dir(out: PathLike) -> None:
         raise ValueError(f"output {out} exists and is not a folder")
     meta = out / "meta.json"
     if meta.exists():
-        d = read_json_dict(meta)
-        if isinstance(d, dict) and d.get("format") == DATASET_FORMAT:
+        d = read_json_dict(meta) or {}
+        if d.get("format") == DATASET_FORMAT:
             return
-        what = ("a shard folder written by `meshshard partition`" if isinstance(d, dict) and "num_parts" in d
+        what = ("a shard folder written by `meshshard partition`" if "num_parts" in d
                 else "a meta.json that is not a meshshard dataset's")
         raise ValueError(f"output {out} exists and holds {what}, not a preprocessed dataset; "
                          "choose another -o/--out folder (or delete this one)")
@@ -351,11 +352,8 @@ def is_dataset_dir(root: PathLike) -> bool:
     Args:
         root: a folder.
     """
-    try:
-        d = json.loads((Path(root) / "meta.json").read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return False
-    return isinstance(d, dict) and d.get("format") == DATASET_FORMAT
+    meta = Path(root) / "meta.json"
+    return meta.is_file() and (read_json_dict(meta) or {}).get("format") == DATASET_FORMAT
 
 
 def verify_dataset(root: PathLike, progress: bool = False) -> List[str]:

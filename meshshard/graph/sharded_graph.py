@@ -116,6 +116,7 @@ class ShardedGraph:
         self.edge_ids = layout.edge_ids
         self.edge_hop_ptr = layout.edge_hop_ptr
         self.plan = plan
+        self._exchange_sizes = plan.sizes  # the [W, W] counts as nested lists, fixed: not rebuilt per exchange
         self.sizes: List[int] = [int(s) for s in sizes]
         self.offsets = torch.zeros(self.world_size + 1, dtype=torch.long)
         self.offsets[1:] = torch.cumsum(torch.tensor(self.sizes, dtype=torch.long), 0)
@@ -406,7 +407,7 @@ class ShardedGraph:
         Communication: one ``all_to_all_single`` of ``plan.num_send`` rows out and ``num_ghost``
         rows in, with split sizes from the plan built at construction (nothing about sizes is
         exchanged per call). By default :mod:`meshshard.distributed.autograd` also checks, in one
-        tiny all-to-all of a few integers, that dtype and trailing shape agree across ranks (a
+        tiny all-gather of a few integers, that dtype and trailing shape agree across ranks (a
         clear error instead of a hang); ``set_validation(False)`` skips that check in hot loops.
         """
         x = self._local_rows(x_owned, "ShardedGraph.exchange")
@@ -415,10 +416,8 @@ class ShardedGraph:
         from meshshard.distributed.autograd import indexed_all_to_all_v
 
         use_fp32 = x.dtype in (torch.float16, torch.bfloat16)
-        sizes = self._index_cache.get("sizes")
-        if sizes is None:
-            sizes = self._index_cache["sizes"] = self.plan.sizes  # the [W, W] counts, fixed at construction
-        ghosts = indexed_all_to_all_v(x, self._device_index(x.device), sizes, use_fp32=use_fp32, dim=0, group=self.group)
+        ghosts = indexed_all_to_all_v(x, self._device_index(x.device), self._exchange_sizes, use_fp32=use_fp32, dim=0,
+                                      group=self.group)
         return torch.cat([x, ghosts], 0)
 
     def _perm_for(self, device) -> Optional[torch.Tensor]:

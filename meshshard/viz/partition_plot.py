@@ -22,7 +22,6 @@ Box = Tuple[float, float, float, float]
 
 # corner nodes of each 2D cell type in VTK order (quadratic types: their first corners)
 _CORNERS_2D = {"triangle": 3, "triangle6": 3, "quad": 4, "quad8": 4, "quad9": 4}
-_SURFACE_TYPES = {"triangle": 3, "triangle6": 3, "quad": 4, "quad8": 4, "quad9": 4}
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -198,16 +197,17 @@ def _draw_cell_edges(ax, points, mesh, box):
 
 
 # faces of each 3D cell type in VTK node order (triangles and quads)
+# (higher-order types: the faces of their corners, which come first)
 _CELL_FACES_3D = {
-    "tetra": ([(0, 1, 2), (0, 1, 3), (1, 2, 3), (0, 2, 3)], []),
-    "tetra10": ([(0, 1, 2), (0, 1, 3), (1, 2, 3), (0, 2, 3)], []),
-    "hexahedron": ([], [(0, 1, 2, 3), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6), (3, 0, 4, 7)]),
-    "hexahedron20": ([], [(0, 1, 2, 3), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6), (3, 0, 4, 7)]),
-    "hexahedron27": ([], [(0, 1, 2, 3), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6), (3, 0, 4, 7)]),
-    "wedge": ([(0, 1, 2), (3, 4, 5)], [(0, 1, 4, 3), (1, 2, 5, 4), (2, 0, 3, 5)]),
-    "wedge15": ([(0, 1, 2), (3, 4, 5)], [(0, 1, 4, 3), (1, 2, 5, 4), (2, 0, 3, 5)]),
-    "pyramid": ([(0, 1, 4), (1, 2, 4), (2, 3, 4), (3, 0, 4)], [(0, 1, 2, 3)]),
-    "pyramid13": ([(0, 1, 4), (1, 2, 4), (2, 3, 4), (3, 0, 4)], [(0, 1, 2, 3)]),
+    cell_type: faces
+    for names, faces in (
+        (("tetra", "tetra10"), ([(0, 1, 2), (0, 1, 3), (1, 2, 3), (0, 2, 3)], [])),
+        (("hexahedron", "hexahedron20", "hexahedron27"),
+         ([], [(0, 1, 2, 3), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6), (3, 0, 4, 7)])),
+        (("wedge", "wedge15"), ([(0, 1, 2), (3, 4, 5)], [(0, 1, 4, 3), (1, 2, 5, 4), (2, 0, 3, 5)])),
+        (("pyramid", "pyramid13"), ([(0, 1, 4), (1, 2, 4), (2, 3, 4), (3, 0, 4)], [(0, 1, 2, 3)])),
+    )
+    for cell_type in names
 }
 
 
@@ -243,8 +243,7 @@ def _surface_faces(mesh: Optional[Mesh]):
             quads += [conn[:, list(f)] for f in quad_local]
         out = [f for f in (_faces_seen_once(tris), _faces_seen_once(quads)) if f is not None and len(f)]
         return out or None
-    faces = [conn[:, :k] for t, conn in mesh.boundary_cells.items() if t in _SURFACE_TYPES
-             for k in [_SURFACE_TYPES[t]]]
+    faces = [conn[:, : _CORNERS_2D[t]] for t, conn in mesh.boundary_cells.items() if t in _CORNERS_2D]
     return faces or None
 
 

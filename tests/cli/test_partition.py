@@ -112,7 +112,7 @@ def test_output_folder_of_another_kind_is_refused(data_dir, tmp_path, capsys):
     (["{data}/naca0012_inviscid.su2", "-k", "0"], "num-parts"),
     (["{data}/naca0012_inviscid.su2", "-k", "2", "--halo-hops", "0"], "halo-hops"),
     (["{data}/naca0012_inviscid.su2", "-k", "999999"], "more parts"),
-    (["{tmp}/tiny.npz", "-k", "2", "--knn", "8"], "--knn"),
+    (["{tmp}/tiny.npz", "-k", "2", "--knn", "8"], "knn: k must be in [1, 4]"),
 ])
 def test_bad_input_exits_nonzero_with_message(data_dir, tmp_path, capsys, argv, needle):
     (tmp_path / "bad.foo").write_text("x")
