@@ -11,7 +11,7 @@ from glob import escape as glob_escape
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
-__all__ = ["atomic_path", "atomic_dir", "replace_dir", "remove_stale_temps", "atomic_torch_save", "sha256_file",
+__all__ = ["atomic_path", "atomic_dir", "created_dir", "replace_dir", "remove_stale_temps", "atomic_torch_save", "sha256_file",
            "read_json_dict"]
 
 PathLike = Union[str, os.PathLike]
@@ -60,15 +60,15 @@ def atomic_path(path: PathLike) -> Iterator[Path]:
         the temporary ``Path`` to write to (it exists, empty).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _create_file(path)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
+    with created_dir(path.parent):
+        tmp = _create_file(path)
+        try:
+            yield tmp
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
 
 
 @contextlib.contextmanager
@@ -86,13 +86,44 @@ def atomic_dir(path: PathLike) -> Iterator[Path]:
         the temporary folder's ``Path`` to fill.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _create_dir(path)
+    if path.is_symlink():  # replace the folder the link points to; the link stays
+        path = path.resolve()
+    with created_dir(path.parent):
+        tmp = _create_dir(path)
+        try:
+            yield tmp
+            replace_dir(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+
+@contextlib.contextmanager
+def created_dir(path: PathLike) -> Iterator[Path]:
+    """Create folder ``path`` and missing parents; if the block raises, remove those of them that
+    this call created and that are empty again (never a folder that existed before).
+
+    Args:
+        path: the folder.
+
+    Yields:
+        ``path`` as a ``Path``.
+    """
+    path = Path(path)
+    created = []
+    p = path
+    while not p.exists() and p != p.parent:
+        created.append(p)
+        p = p.parent
+    path.mkdir(parents=True, exist_ok=True)
     try:
-        yield tmp
-        replace_dir(tmp, path)
+        yield path
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for d in created:  # deepest first
+            try:
+                d.rmdir()
+            except OSError:  # not empty (or gone): it holds something worth keeping
+                break
         raise
 
 

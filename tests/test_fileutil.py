@@ -58,3 +58,34 @@ def test_remove_stale_temps(tmp_path):
     remove_stale_temps(tmp_path / "out")
     remove_stale_temps(tmp_path / "meta.json")
     assert sorted(p.name for p in tmp_path.iterdir()) == [".outer.99.tmp"]
+
+
+def test_failed_writes_remove_only_the_folders_they_created(tmp_path):
+    from meshshard._fileutil import created_dir
+
+    for write in (lambda p: atomic_path(p / "f.txt"), lambda p: atomic_dir(p / "d"), created_dir):
+        with pytest.raises(KeyboardInterrupt):
+            with write(tmp_path / "new" / "deeper"):
+                raise KeyboardInterrupt
+        assert list(tmp_path.iterdir()) == []
+    (tmp_path / "old").mkdir()
+    with pytest.raises(ValueError):
+        with created_dir(tmp_path / "old" / "new") as d:
+            (d / "x").mkdir()
+            (d / "keep.txt").write_text("written before the failure")
+            raise ValueError
+    assert (tmp_path / "old" / "new" / "keep.txt").exists(), "a folder that is not empty is kept"
+    with pytest.raises(ValueError):
+        with created_dir(tmp_path / "old"):
+            raise ValueError
+    assert (tmp_path / "old").is_dir(), "a folder that existed before is never removed"
+
+
+def test_atomic_dir_through_a_symlink_keeps_the_link(tmp_path):
+    real = tmp_path / "real"
+    with atomic_dir(real) as d:
+        (d / "one").write_text("1")
+    (tmp_path / "link").symlink_to(real)
+    with atomic_dir(tmp_path / "link") as d:
+        (d / "two").write_text("2")
+    assert (tmp_path / "link").is_symlink() and [p.name for p in (tmp_path / "link").iterdir()] == ["two"]
