@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     # 1. Partition and write shards: each rank will read only its own part.
     root = out / "data"
     preprocess_dataset([src], root, args.ranks, FEATURES, TARGETS, method=args.method, halo_hops=1,
-                       dtype=args.dtype)
+                       dtype=args.dtype, progress=not args.quiet)
     meta = read_dataset_meta(root)
     sample_dir = root / meta["samples"][0]["dir"]
     from meshshard.graph import read_meta

@@ -17,7 +17,7 @@ from meshshard.datasets.fields import DEFAULT_KNN
 from meshshard.datasets.preprocess import DATASET_FORMAT
 from meshshard.io import is_reader_field
 
-HELP = "split a mesh or point cloud into shards and write them (DESIGN.md's format)"
+HELP = "split a mesh or point cloud into shards and write them (format: docs/format.md)"
 
 __all__ = ["HELP", "add_arguments", "run", "check_shard_dir"]
 
@@ -78,7 +78,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
     parser.add_argument("--knn", type=int, default=DEFAULT_KNN, metavar="K", help="neighbours per point for point "
                         f"clouds, which have no cells (default: {DEFAULT_KNN})")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
 def run(args: argparse.Namespace) -> int:
