@@ -87,12 +87,15 @@ def _write_synthetic(out: Path, num_nodes: int) -> Path:
     import meshio
     import numpy as np
 
+    from meshshard._fileutil import atomic_path
     from meshshard.datasets.synthetic import cylinder_channel_mesh
 
     mesh = cylinder_channel_mesh(num_nodes)
     path = out / "cylinder_potential_flow.vtu"
     pts = np.concatenate([mesh.points, np.zeros((mesh.num_nodes, 1))], axis=1)
-    meshio.write(path, meshio.Mesh(pts, [("triangle", mesh.cells["triangle"])], point_data=mesh.point_data))
+    with atomic_path(path) as tmp:
+        meshio.write(tmp, meshio.Mesh(pts, [("triangle", mesh.cells["triangle"])], point_data=mesh.point_data),
+                     file_format="vtu")
     return path
 
 

@@ -172,3 +172,20 @@ def test_interrupted_partition_leaves_the_output_as_it_was(data_dir, tmp_path, m
     assert {p.name: p.read_bytes() for p in old.iterdir()} == before and verify_parts(old) == []
     assert main(["partition", src, "-k", "2", "-o", str(tmp_path / "a" / "new"), "-q"]) == 130
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old"], "no partial, empty or temporary folder left"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_written_files_follow_the_umask(data_dir, tmp_path, umask):
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        out = tmp_path / "new" / "out"
+        assert main(["partition", str(data_dir / "naca0012_inviscid.su2"), "-k", "2", "--no-refine", "-o", str(out),
+                     "-q"]) == 0
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "new", out, *out.iterdir()]}
+    assert modes == {"new": 0o777 & ~umask, "out": 0o777 & ~umask, "meta.json": 0o666 & ~umask,
+                     "partition.pt": 0o666 & ~umask, "part_0000.pt": 0o666 & ~umask, "part_0001.pt": 0o666 & ~umask}
