@@ -11,11 +11,13 @@ Layout of ``OUT/``::
                               node_data: pos, x, y, node_type_id (owned + ghost rows)
                               edge_data: edge_attr (local edges)
 
-Samples are processed in parallel (one process per file), each folder is written atomically by
-``save_parts`` (``meta.json`` last), and a rerun skips every sample whose folder verifies and was
-written with the same settings from the same source, so an interrupted run resumes where it
-stopped. The dataset ``meta.json`` is written last, so a folder without it is never mistaken for
-a finished dataset.
+Samples are processed in parallel (one process per file). Each sample folder is built by
+``save_parts`` in a temporary folder beside its target and renamed into place whole, so a sample
+folder is complete or absent; a rerun skips every sample whose folder verifies and was written with
+the same settings from the same source, so an interrupted run resumes where it stopped. The
+dataset ``meta.json`` is written last, so a folder without it is never mistaken for a finished
+dataset. Every file's fields are checked before the first partition. The on-disk format is
+described key by key in ``docs/format.md``.
 """
 from __future__ import annotations
 
