@@ -2,7 +2,8 @@
 
 Each sub-command lives in its own module ``meshshard/cli/<name>.py`` that defines ``HELP`` (one
 line), ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only when their
-command runs, so ``meshshard --help`` stays fast.
+command runs, so ``meshshard --help`` stays fast. Options every command takes (``-q/--quiet``) are
+defined once, in :func:`common_parser`.
 """
 from __future__ import annotations
 
