@@ -66,7 +66,10 @@ def main(argv=None) -> int:
             plot_partition(mesh, parts[method], edge_index=ei, show_ghosts=True, ax=axes[1, col], zoom=box,
                            title=f"{method}: zoom")
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    from meshshard._fileutil import atomic_path
+
+    with atomic_path(args.out) as tmp:  # plain permissions, and no half-written figure if interrupted
+        fig.savefig(tmp, format=Path(args.out).suffix.lstrip(".").lower() or "png", dpi=110)
     print(f"figure: {args.out}")
     return 0
 

@@ -2,7 +2,8 @@
 
 Each sub-command lives in its own module ``meshshard/cli/<name>.py`` that defines ``HELP`` (one
 line), ``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only when their
-command runs, so ``meshshard --help`` stays fast.
+command runs, so ``meshshard --help`` stays fast. Options every command takes (``-q/--quiet``) are
+defined once, in :func:`common_parser`.
 """
 from __future__ import annotations
 
@@ -11,15 +12,29 @@ import importlib
 import sys
 from typing import List, Optional
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+__all__ = ["main", "build_parser", "common_parser", "COMMANDS", "DOCS_EPILOG"]
 
 COMMANDS = {
-    "partition": "split a mesh or point cloud into shards and write them (DESIGN.md's format)",
+    "partition": "split a mesh or point cloud into shards and write them (format: docs/format.md)",
     "preprocess": "turn a dataset of meshes with fields into sharded training data",
     "info": "show the sizes and quality report of a shard folder and verify its checksums",
     "plot": "draw a partition: cells coloured by part, ghost nodes marked, part sizes",
     "demo": "partition a real CFD mesh, train MeshGraphNet sharded vs. single-process, compare",
 }
+
+# Paths relative to the repository root; tests/cli/test_init.py checks that they exist.
+DOCS_EPILOG = "design: docs/design.md; on-disk format: docs/format.md"
+
+
+def common_parser() -> argparse.ArgumentParser:
+    """The options every command takes (a parent parser): ``-q/--quiet``.
+
+    ``-q`` hides progress bars; the command still prints what it wrote or its result.
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="no progress bars (what was written, or the result, is still printed)")
+    return parser
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="meshshard",
         description="Domain decomposition of meshes and point clouds for PyTorch.",
+        epilog=DOCS_EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"meshshard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -57,7 +73,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0 if not argv else 2
     name = argv[0]
     module = importlib.import_module(f"meshshard.cli.{name}")
-    cmd_parser = argparse.ArgumentParser(prog=f"meshshard {name}", description=getattr(module, "HELP", COMMANDS[name]))
+    cmd_parser = argparse.ArgumentParser(prog=f"meshshard {name}", description=getattr(module, "HELP", COMMANDS[name]),
+                                         parents=[common_parser()], epilog=DOCS_EPILOG,
+                                         formatter_class=argparse.RawDescriptionHelpFormatter)
     module.add_arguments(cmd_parser)
     args = cmd_parser.parse_args(argv[1:])
     try:

@@ -87,12 +87,15 @@ def _write_synthetic(out: Path, num_nodes: int) -> Path:
     import meshio
     import numpy as np
 
+    from meshshard._fileutil import atomic_path
     from meshshard.datasets.synthetic import cylinder_channel_mesh
 
     mesh = cylinder_channel_mesh(num_nodes)
     path = out / "cylinder_potential_flow.vtu"
     pts = np.concatenate([mesh.points, np.zeros((mesh.num_nodes, 1))], axis=1)
-    meshio.write(path, meshio.Mesh(pts, [("triangle", mesh.cells["triangle"])], point_data=mesh.point_data))
+    with atomic_path(path) as tmp:
+        meshio.write(tmp, meshio.Mesh(pts, [("triangle", mesh.cells["triangle"])], point_data=mesh.point_data),
+                     file_format="vtu")
     return path
 
 
@@ -173,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     # 1. Partition and write shards: each rank will read only its own part.
     root = out / "data"
     preprocess_dataset([src], root, args.ranks, FEATURES, TARGETS, method=args.method, halo_hops=1,
-                       dtype=args.dtype)
+                       dtype=args.dtype, progress=not args.quiet)
     meta = read_dataset_meta(root)
     sample_dir = root / meta["samples"][0]["dir"]
     from meshshard.graph import read_meta

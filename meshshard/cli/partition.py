@@ -10,13 +10,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from meshshard._fileutil import read_json_dict
+from meshshard._fileutil import atomic_dir, read_json_dict
 from meshshard.cli._mesh_cmd import (METHODS, format_quality, format_table, load_mesh_and_graph, progress,
                                      run_partition)
 from meshshard.datasets.fields import DEFAULT_KNN
 from meshshard.datasets.preprocess import DATASET_FORMAT
+from meshshard.io import is_reader_field
 
-HELP = "split a mesh or point cloud into shards and write them (DESIGN.md's format)"
+HELP = "split a mesh or point cloud into shards and write them (format: docs/format.md)"
 
 __all__ = ["HELP", "add_arguments", "run", "check_shard_dir"]
 
@@ -77,7 +78,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
     parser.add_argument("--knn", type=int, default=DEFAULT_KNN, metavar="K", help="neighbours per point for point "
                         f"clouds, which have no cells (default: {DEFAULT_KNN})")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     node_data = {"pos": torch.from_numpy(mesh.points)}
     skipped = []
     for name, arr in mesh.point_data.items():
-        if name == "pos" or not np.issubdtype(arr.dtype, np.number):
+        if name == "pos" or is_reader_field(name) or not np.issubdtype(arr.dtype, np.number):
             skipped.append(name)
             continue
         node_data[name] = torch.from_numpy(np.ascontiguousarray(arr))
@@ -118,9 +118,11 @@ def run(args: argparse.Namespace) -> int:
         "command": "meshshard partition " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["partition"] else None,
         **graph_info,
     }
-    save_parts(out, edge_index, part, node_data=node_data, halo_hops=args.halo_hops, meta=meta,
-               progress=not args.quiet)
-    info = read_meta(out)  # save_parts also removed the parts of an earlier run with more parts
+    # built beside OUT and swapped in whole: an interrupted or failed run leaves OUT as it was
+    with atomic_dir(out) as tmp:
+        save_parts(tmp, edge_index, part, node_data=node_data, halo_hops=args.halo_hops, meta=meta,
+                   progress=not args.quiet)
+    info = read_meta(out)
     elapsed = time.perf_counter() - t0
 
     sizes = list(part.sizes)
@@ -131,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_quality(info.get("quality")))
     if skipped:
-        print(f"note: point data not stored (non-numeric or reserved name): {', '.join(skipped)}")
+        print(f"note: point data not stored (a reader's own bookkeeping, non-numeric, or the reserved name pos): "
+              f"{', '.join(skipped)}")
     print(f"\nwrote {out}/ (meta.json, partition.pt, {part.num_parts} part files)")
     return 0

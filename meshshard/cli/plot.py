@@ -41,7 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="2D: the box of the zoom panel (default: automatic, around the finest cells)")
     zoom.add_argument("--no-zoom", action="store_true", help="2D: no zoom panel")
     parser.add_argument("--dpi", type=int, default=120, help="resolution (default: 120)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:

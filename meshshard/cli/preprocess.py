@@ -32,7 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="feature storage dtype")
     parser.add_argument("--knn", type=int, default=DEFAULT_KNN, metavar="K",
                         help=f"neighbours per point for point clouds (files without cells, e.g. .npz) (default {DEFAULT_KNN})")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-__all__ = ["parse_field", "field_columns", "select_fields", "node_type_ids", "edge_features", "mesh_graph", "mesh_to_data",
+__all__ = ["parse_field", "check_fields", "field_columns", "select_fields", "node_type_ids", "edge_features", "mesh_graph", "mesh_to_data",
            "mesh_arrays", "POSITION_FIELD", "DEFAULT_KNN"]
 
 POSITION_FIELD = "pos"
@@ -40,6 +40,38 @@ def parse_field(spec: str) -> Tuple[str, Optional[List[int]]]:
     if not idx:
         raise ValueError(f"bad field spec {spec!r}: empty component list")
     return name, idx
+
+
+def check_fields(files: Sequence, features: Sequence[str], targets: Sequence[str]) -> None:
+    """Check that every file has every named point field, before any work is done on them.
+
+    Reads only what :func:`meshshard.io.point_field_names` needs (a ``.vtu``'s header, a
+    ``.npz``'s member names); ``pos`` is always there.
+
+    Args:
+        files: mesh file paths.
+        features: field specs of the node inputs (see :func:`parse_field`).
+        targets: field specs of the targets.
+
+    Raises:
+        ValueError: one message listing, per file that lacks some, every missing field and the
+            fields that file has.
+    """
+    from meshshard.io import point_field_names
+
+    wanted = [(parse_field(spec)[0], role) for role, specs in (("features", features), ("targets", targets))
+              for spec in specs]
+    if not wanted:
+        return
+    lines = []
+    for f in files:
+        have = set(point_field_names(f)) | {POSITION_FIELD}
+        missing = sorted({f"{name!r} not found ({role})" for name, role in wanted if name not in have})
+        if missing:
+            lines.append(f"  {f}: {'; '.join(missing)}; available: {sorted(have)}")
+    if lines:
+        raise ValueError(f"point fields missing in {len(lines)} of {len(files)} input files (nothing was "
+                         "written):\n" + "\n".join(lines))
 
 
 def _field_array(mesh, name: str) -> np.ndarray:

@@ -11,18 +11,20 @@ Layout of ``OUT/``::
                               node_data: pos, x, y, node_type_id (owned + ghost rows)
                               edge_data: edge_attr (local edges)
 
-Samples are processed in parallel (one process per file), each folder is written atomically by
-``save_parts`` (``meta.json`` last), and a rerun skips every sample whose folder verifies and was
-written with the same settings from the same source, so an interrupted run resumes where it
-stopped. The dataset ``meta.json`` is written last, so a folder without it is never mistaken for
-a finished dataset.
+Samples are processed in parallel (one process per file). Each sample folder is built by
+``save_parts`` in a temporary folder beside its target and renamed into place whole, so a sample
+folder is complete or absent; a rerun skips every sample whose folder verifies and was written with
+the same settings from the same source, so an interrupted run resumes where it stopped. The
+dataset ``meta.json`` is written last, so a folder without it is never mistaken for a finished
+dataset. Every file's fields are checked before the first partition. The on-disk format is
+described key by key in ``docs/format.md``.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -32,8 +34,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 
-from meshshard._fileutil import atomic_path, read_json_dict, sha256_file
-from meshshard.datasets.fields import DEFAULT_KNN
+from meshshard._fileutil import atomic_dir, atomic_path, created_dir, read_json_dict, remove_stale_temps, sha256_file
+from meshshard.datasets.fields import DEFAULT_KNN, check_fields
 from meshshard.datasets.stats import DatasetStats, Moments, STAT_KEYS
 
 __all__ = ["preprocess_dataset", "PreprocessResult", "DATASET_FORMAT", "DATASET_FORMAT_VERSION", "sample_dir_name",
@@ -48,11 +50,18 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 def sample_dir_name(index: int, path: PathLike) -> str:
     """Folder name of sample ``index`` read from ``path``: ``00003_<stem>`` (safe characters only).
 
+    The stem is the whole file name less its suffix (``box_U1.5.vtu`` -> ``box_U1.5``), less both
+    parts of a double suffix meshio reads (``.vol.gz``).
+
     Args:
         index: the sample's position in the dataset.
         path: its source file.
     """
-    stem = Path(path).name.split(".")[0]
+    import meshio
+
+    name = Path(path).name
+    double = [s for s in meshio.extension_to_filetypes if s.count(".") > 1 and name.lower().endswith(s)]
+    stem = name[:-len(double[0])] if double else Path(name).stem
     stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", stem)[:60] or "sample"
     return f"{index:05d}_{stem}"
 
@@ -111,8 +120,6 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     done = _sample_is_done(sample_dir, settings, source_sha)
     if done is not None:
         return {"skipped": True, "meta": done, "dir": sample_dir.name}
-    if sample_dir.exists():  # a stale or damaged folder: start it again from nothing
-        shutil.rmtree(sample_dir)
     mesh = read_mesh(src)
     names = sorted(mesh.node_sets)  # per-sample node types: ids into this sorted list (0 = interior)
     data = SimpleNamespace(**mesh_arrays(mesh, settings["features"], settings["targets"], names, dtype=torch.float64,
@@ -138,9 +145,12 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
         "target_columns": field_columns(mesh, settings["targets"]),
         "moments": {k: moments[k].to_dict() for k in STAT_KEYS},
     }
-    save_parts(sample_dir, data.edge_index, part, node_data=node_data,
-               edge_data={"edge_attr": data.edge_attr.to(dtype)}, halo_hops=settings["halo_hops"],
-               meta=meta, progress=False)
+    # built beside its target and renamed into place (replacing a stale or damaged folder), so a
+    # sample folder is whole or absent, whatever interrupts the run
+    with atomic_dir(sample_dir) as tmp:
+        save_parts(tmp, data.edge_index, part, node_data=node_data,
+                   edge_data={"edge_attr": data.edge_attr.to(dtype)}, halo_hops=settings["halo_hops"],
+                   meta=meta, progress=False)
     return {"skipped": False, "meta": read_meta(sample_dir), "dir": sample_dir.name}
 
 
@@ -184,9 +194,7 @@ def preprocess_dataset(
             dataset, e.g. a folder written by ``meshshard partition``; a field name the files do
             not have (the message lists the ones they do); more parts than nodes.
     """
-    from tqdm.auto import tqdm
-
-    from meshshard.datasets.mesh_dataset import list_mesh_files, node_type_vocabulary
+    from meshshard.datasets.mesh_dataset import list_mesh_files
 
     files = list_mesh_files(inputs)
     if isinstance(features, str) or isinstance(targets, str):
@@ -204,12 +212,21 @@ def preprocess_dataset(
     names = [sample_dir_name(i, f) for i, f in enumerate(files)]
     out = Path(out_dir)
     check_dataset_dir(out)
-    out.mkdir(parents=True, exist_ok=True)
+    check_fields(files, features, targets)  # every file, before the first partition
     settings = _settings(num_parts, method, halo_hops, features, targets, seed, dtype, knn)
-    # The dataset meta.json vouches for every sample: remove it until all of them are done again.
-    (out / "meta.json").unlink(missing_ok=True)
-
     t0 = time.perf_counter()
+    # A failed run removes the output folder if it made it and no sample was finished, and puts back
+    # the dataset meta.json of an earlier run if every sample it vouches for is still the same.
+    with created_dir(out), _meta_restored_on_failure(out):
+        for name in names:  # left by a killed run
+            remove_stale_temps(out / name)
+        results = _run_samples(files, out, settings, workers, progress, on_sample)
+        return _finish(files, names, out, settings, results, t0)
+
+
+def _run_samples(files, out: Path, settings: dict, workers: int, progress: bool, on_sample) -> Dict[int, dict]:
+    from tqdm.auto import tqdm
+
     results: Dict[int, dict] = {}
     bar = tqdm(total=len(files), desc="preprocess", unit="mesh", disable=not progress)
     try:
@@ -241,6 +258,37 @@ def preprocess_dataset(
                         on_sample(results[i]["dir"], results[i]["skipped"])
     finally:
         bar.close()
+    return results
+
+
+@contextlib.contextmanager
+def _meta_restored_on_failure(out: Path):
+    """Remove the dataset meta.json for the run (it vouches for every sample, and samples are about
+    to be rewritten); if the run fails, put it back when the samples it lists are unchanged."""
+    meta = out / "meta.json"
+    old = meta.read_bytes() if meta.is_file() else None
+    meta.unlink(missing_ok=True)
+    try:
+        yield
+    except BaseException:
+        if old is not None and not meta.exists() and _samples_unchanged(out, old):
+            with atomic_path(meta) as tmp:
+                tmp.write_bytes(old)
+        raise
+
+
+def _samples_unchanged(out: Path, meta_bytes: bytes) -> bool:
+    try:
+        samples = json.loads(meta_bytes)["samples"]
+        return all((out / s["dir"] / "meta.json").is_file()
+                   and sha256_file(out / s["dir"] / "meta.json") == s["meta_sha256"] for s in samples)
+    except (ValueError, KeyError, TypeError):
+        return False
+
+
+def _finish(files, names, out: Path, settings: dict, results: Dict[int, dict], t0: float) -> PreprocessResult:
+    """Dataset statistics and meta.json from every sample's meta.json."""
+    from meshshard.datasets.mesh_dataset import node_type_vocabulary
 
     metas = [results[i]["meta"] for i in range(len(files))]
     cols = {(tuple(m["feature_columns"]), tuple(m["target_columns"])) for m in metas}

@@ -8,6 +8,6 @@
 from meshshard.io.cell_edges import CELL_EDGES, edge_index_from_cells
 from meshshard.io.knn import knn_graph
 from meshshard.io.mesh import Mesh
-from meshshard.io.read import read_mesh, supported_suffixes
+from meshshard.io.read import is_reader_field, point_field_names, read_mesh, supported_suffixes
 
-__all__ = ["Mesh", "read_mesh", "knn_graph", "supported_suffixes", "edge_index_from_cells", "CELL_EDGES"]
+__all__ = ["Mesh", "read_mesh", "knn_graph", "supported_suffixes", "point_field_names", "is_reader_field", "edge_index_from_cells", "CELL_EDGES"]

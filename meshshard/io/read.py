@@ -15,13 +15,85 @@ from meshshard._optional import require
 from meshshard.io.cell_edges import topological_dim
 from meshshard.io.mesh import Mesh
 
-__all__ = ["read_mesh", "supported_suffixes"]
+__all__ = ["read_mesh", "supported_suffixes", "point_field_names", "is_reader_field", "READER_FIELD_PREFIXES"]
 
 PathLike = Union[str, os.PathLike]
 
 # meshio notes that are expected and carry no information for us: SU2 FFD sections it skips,
 # and string marker names it renumbers (we recover the names ourselves, see _su2_marker_names).
 _HARMLESS = ("could not parse line", "does not support tags of string type", "will be replaced by", "skipping")
+
+
+# Prefixes meshio 5.3's readers give their own bookkeeping arrays (gmsh:dim_tags, medit:ref,
+# nastran:ref, ...; grep of meshio's readers), plus other format names for readers to come.
+READER_FIELD_PREFIXES = ("gmsh:", "medit:", "nastran:", "tetgen:", "netgen:", "ugrid:", "su2:", "avsucd:", "med:",
+                         "obj:", "flac3d:", "abaqus:", "ansys:", "exodus:", "vtk:", "vtu:", "xdmf:", "h5m:")
+
+
+def is_reader_field(name: str) -> bool:
+    """True for a point field a file reader adds for its own bookkeeping (``gmsh:dim_tags``).
+
+    Such fields are not data: meshshard never stores them unless asked for by name.
+
+    Args:
+        name: a ``point_data`` key.
+    """
+    return str(name).lower().startswith(READER_FIELD_PREFIXES)
+
+
+def point_field_names(path: PathLike) -> List[str]:
+    """Names of the point fields :func:`read_mesh` would give ``path``, found cheaply where possible.
+
+    A ``.npz`` is not loaded (its member names are listed) and a ``.vtu`` is scanned only for its
+    ``<PointData>`` header; other formats are read whole. For a ``.npz`` the list may hold an
+    array that :func:`read_mesh` drops for having the wrong number of rows.
+
+    Args:
+        path: a mesh or point-cloud file.
+
+    Returns:
+        sorted field names (the coordinates ``points`` / ``pos`` of a ``.npz`` are not a field).
+
+    Raises:
+        FileNotFoundError, ValueError: as :func:`read_mesh`.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if path.is_file() and suffix == ".npz":
+        import zipfile
+
+        try:
+            with zipfile.ZipFile(path) as z:
+                names = [n[:-4] for n in z.namelist() if n.endswith(".npy")]
+        except (zipfile.BadZipFile, OSError):
+            names = None  # read_mesh names the problem
+        if names is not None:
+            key = "points" if "points" in names else "pos"
+            return sorted(n for n in names if n != key)
+    if path.is_file() and suffix == ".vtu":
+        names = _vtu_point_field_names(path)
+        if names is not None:
+            return names
+    return sorted(read_mesh(path).point_data)
+
+
+_VTU_POINT_DATA = re.compile(rb"<PointData\b[^>]*?(/>|>(.*?)</PointData>)", re.S)
+_VTU_NAME = re.compile(rb"<DataArray\b[^>]*?\bName=\"([^\"]*)\"")
+
+
+def _vtu_point_field_names(path: Path, chunk: int = 1 << 20) -> Optional[List[str]]:
+    """The PointData array names of a VTU's first piece, or None when the header is not as expected."""
+    buf = b""
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk)
+            buf += block
+            m = _VTU_POINT_DATA.search(buf)
+            if m:
+                return sorted({n.decode("utf-8", "replace") for n in _VTU_NAME.findall(m.group(2) or b"")})
+            # VTK writes PointData before Points, Cells and appended data: past them, read it whole
+            if not block or re.search(rb"<Points\b|<Cells\b|<AppendedData\b", buf):
+                return None
 
 
 def supported_suffixes() -> List[str]:

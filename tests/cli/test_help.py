@@ -1,4 +1,4 @@
-"""`meshshard --help` and `meshshard COMMAND --help` for every command."""
+"""`meshshard --help`, `meshshard COMMAND --help` and the options every command shares (meshshard/cli/__init__.py)."""
 import subprocess
 import sys
 
@@ -29,3 +29,36 @@ def test_console_entry_point_runs():
     """`python -m meshshard` is the same program as the `meshshard` script."""
     proc = subprocess.run([sys.executable, "-m", "meshshard", "--help"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "preprocess" in proc.stdout
+
+
+def test_quiet_is_accepted_by_every_command_and_keeps_the_result_line(tmp_path, data_dir, capsys, monkeypatch):
+    """`-q` / `--quiet`, defined once for all commands: no progress on stderr, and the line that says
+    what was written (or the result) is still printed."""
+    src = str(data_dir / "naca0012_inviscid.su2")
+    shards, ds, png = tmp_path / "shards", tmp_path / "ds", tmp_path / "p.png"
+    runs = {
+        "partition": ([src, "-k", "2", "--no-refine", "-o", str(shards)], f"wrote {shards}/"),
+        "info": ([str(shards)], f"{shards}: 2 parts of 5,233 nodes"),
+        "plot": ([str(shards), "-o", str(png), "--dpi", "30", "--no-zoom"], f"wrote {png}"),
+        "preprocess": ([src, "-k", "2", "-o", str(ds), "--features", "pos"], f"1 samples in {ds}: "),
+    }
+    assert set(runs) | {"demo"} == set(COMMANDS)
+    for flag in ("-q", "--quiet"):
+        for command, (argv, line) in runs.items():
+            assert main([command, *argv, flag]) == 0, command
+            out, err = capsys.readouterr()
+            assert line in out and err == "", (command, out, err)
+
+    import meshshard.datasets
+
+    class Stop(Exception):
+        pass
+
+    def fake_preprocess(*args, progress=True, **kwargs):
+        raise Stop(progress)
+
+    monkeypatch.setattr(meshshard.datasets, "preprocess_dataset", fake_preprocess)
+    for argv, shown in ((["-q"], False), (["--quiet"], False), ([], True)):
+        with pytest.raises(Stop) as stop:
+            main(["demo", "--quick", "--out", str(tmp_path / "demo"), "--data", src, *argv])
+        assert stop.value.args == (shown,)

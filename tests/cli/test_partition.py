@@ -131,3 +131,61 @@ def test_help_and_bad_choice(capsys):
     with pytest.raises(SystemExit) as e:
         main(["partition", "x.su2", "-k", "2", "-o", "o", "-m", "bogus"])
     assert e.value.code == 2
+
+
+def test_reader_internal_fields_are_not_stored(tmp_path, capsys):
+    import gmsh
+
+    gmsh.initialize()
+    try:
+        gmsh.option.setNumber("General.Terminal", 0)
+        gmsh.model.occ.addRectangle(0, 0, 0, 1, 1)
+        gmsh.model.occ.synchronize()
+        gmsh.option.setNumber("Mesh.MeshSizeMax", 0.2)
+        gmsh.model.mesh.generate(2)
+        gmsh.write(str(tmp_path / "sq.msh"))
+    finally:
+        gmsh.finalize()
+    assert "gmsh:dim_tags" in read_mesh(tmp_path / "sq.msh").point_data  # meshio adds it
+    assert main(["partition", str(tmp_path / "sq.msh"), "-k", "2", "-o", str(tmp_path / "out"), "-q"]) == 0
+    assert "gmsh:dim_tags" in capsys.readouterr().out  # named in the note on what was not stored
+    assert set(read_meta(tmp_path / "out")["node_features"]) == {"pos"}
+    assert set(load_part(tmp_path / "out", 0)["node_data"]) == {"pos"}
+
+
+def test_interrupted_partition_leaves_the_output_as_it_was(data_dir, tmp_path, monkeypatch):
+    import meshshard.graph.parts_io as parts_io
+
+    real = parts_io.atomic_torch_save
+
+    def save_then_interrupt(obj, path):
+        real(obj, path)
+        if path.name == "part_0000.pt":
+            raise KeyboardInterrupt
+
+    src = str(data_dir / "naca0012_inviscid.su2")
+    old = tmp_path / "old"
+    assert main(["partition", src, "-k", "3", "-o", str(old), "-q"]) == 0
+    before = {p.name: p.read_bytes() for p in old.iterdir()}
+    monkeypatch.setattr(parts_io, "atomic_torch_save", save_then_interrupt)
+    assert main(["partition", src, "-k", "2", "-o", str(old), "-q"]) == 130
+    assert {p.name: p.read_bytes() for p in old.iterdir()} == before and verify_parts(old) == []
+    assert main(["partition", src, "-k", "2", "-o", str(tmp_path / "a" / "new"), "-q"]) == 130
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old"], "no partial, empty or temporary folder left"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_written_files_follow_the_umask(data_dir, tmp_path, umask):
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        out = tmp_path / "new" / "out"
+        assert main(["partition", str(data_dir / "naca0012_inviscid.su2"), "-k", "2", "--no-refine", "-o", str(out),
+                     "-q"]) == 0
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in [tmp_path / "new", out, *out.iterdir()]}
+    assert modes == {"new": 0o777 & ~umask, "out": 0o777 & ~umask, "meta.json": 0o666 & ~umask,
+                     "partition.pt": 0o666 & ~umask, "part_0000.pt": 0o666 & ~umask, "part_0001.pt": 0o666 & ~umask}

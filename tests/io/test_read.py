@@ -241,3 +241,38 @@ def test_malformed_cell_set_is_skipped_with_a_warning(tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="'bad'"):
         mesh = read_mesh(tmp_path / "m.vtu")
     assert set(mesh.node_sets) == {"good"} and mesh.node_sets["good"].tolist() == [1, 2, 3]
+
+
+def test_reader_fields_are_told_apart():
+    from meshshard.io import is_reader_field
+
+    assert is_reader_field("gmsh:dim_tags") and is_reader_field("medit:ref") and is_reader_field("nastran:ref")
+    assert not is_reader_field("pressure") and not is_reader_field("velocity:x") and not is_reader_field("pos")
+
+
+def test_point_field_names_match_read_mesh(tmp_path, data_dir):
+    import gmsh
+
+    from meshshard.io import point_field_names
+
+    gmsh.initialize()
+    try:
+        gmsh.option.setNumber("General.Terminal", 0)
+        gmsh.model.occ.addRectangle(0, 0, 0, 1, 1)
+        gmsh.model.occ.synchronize()
+        gmsh.option.setNumber("Mesh.MeshSizeMax", 0.3)
+        gmsh.model.mesh.generate(2)
+        gmsh.write(str(tmp_path / "sq.msh"))
+    finally:
+        gmsh.finalize()
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "c.npz", points=rng.random((6, 3)), p=rng.random(6), v=rng.random((6, 3)))
+    m = read_mesh(data_dir / "cylinder_crossflow_re35.vtu")
+    # a vtu with data appended after the header (meshio's default writer) and one with none
+    meshio.write(tmp_path / "appended.vtu", meshio.Mesh(m.points, [("quad", m.cells["quad"])],
+                                                        point_data={"a": m.point_data["pressure"]}))
+    meshio.write(tmp_path / "bare.vtu", meshio.Mesh(m.points, [("quad", m.cells["quad"])]))
+    for f in [data_dir / "cylinder_crossflow_re35.vtu", tmp_path / "appended.vtu", tmp_path / "bare.vtu",
+              tmp_path / "c.npz", tmp_path / "sq.msh", data_dir / "naca0012_inviscid.su2"]:
+        assert point_field_names(f) == sorted(read_mesh(f).point_data), f
+    assert point_field_names(tmp_path / "sq.msh") == ["gmsh:dim_tags"]
