@@ -495,10 +495,10 @@ def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_po
     ax.set_xlim(lo[0], hi[0])
     ax.set_ylim(lo[1], hi[1])
     ax.set_zlim(lo[2], hi[2])
-    ax.set_box_aspect(tuple(np.maximum(hi - lo, 1e-3 * max(hi - lo))), zoom=0.9)
+    ax.set_box_aspect(tuple(np.maximum(hi - lo, 1e-3 * max(hi - lo))), zoom=0.8)  # room for the z label
     ax.view_init(elev=elev, azim=azim)
-    ax.set_xlabel("x", labelpad=-2)
-    ax.set_ylabel("y", labelpad=-2)
+    ax.set_xlabel("x", labelpad=0)
+    ax.set_ylabel("y", labelpad=0)
     ax.set_zlabel("z", labelpad=-2)
     ax.tick_params(labelsize=6, pad=0)
 
