@@ -51,6 +51,10 @@ def _assignment(partition, n: int) -> Tuple[np.ndarray, int]:
     return a, p
 
 
+def _int_array(x) -> np.ndarray:
+    return np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.int64)
+
+
 def ghost_mask(assignment, edge_index) -> np.ndarray:
     """Nodes that are ghosts of some other part: they have an edge into a different part.
 
@@ -61,8 +65,7 @@ def ghost_mask(assignment, edge_index) -> np.ndarray:
     Returns:
         bool numpy array [N].
     """
-    a = np.asarray(assignment.cpu() if isinstance(assignment, torch.Tensor) else assignment, dtype=np.int64)
-    ei = np.asarray(edge_index.cpu() if isinstance(edge_index, torch.Tensor) else edge_index, dtype=np.int64)
+    a, ei = _int_array(assignment), _int_array(edge_index)
     if ei.ndim != 2 or ei.shape[0] != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {ei.shape}")
     mask = np.zeros(a.shape[0], dtype=bool)
@@ -132,10 +135,6 @@ def auto_zoom_box(points: np.ndarray, triangles: np.ndarray, fraction: float = 0
     if np.prod(hi - lo) > 0.25 * np.prod(np.maximum(full, 1e-300)):
         return None
     return float(lo[0]), float(hi[0]), float(lo[1]), float(hi[1])
-
-
-def _int_array(x) -> np.ndarray:
-    return np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.int64)
 
 
 def _part_boxes(points: np.ndarray, assignment: np.ndarray, num_parts: int):
@@ -235,12 +234,6 @@ def _fine_box(points, mesh) -> Optional[Box]:
         return None
     tris, _ = _fan_triangles(mesh.cells, np.zeros(mesh.num_nodes, dtype=np.int64))
     return auto_zoom_box(points, tris)
-
-
-def _subsample(n: int, max_points: int, seed: int) -> np.ndarray:
-    if n <= max_points:
-        return np.arange(n)
-    return np.sort(np.random.default_rng(seed).choice(n, max_points, replace=False))
 
 
 def _subsample_parts(assignment: np.ndarray, num_parts: int, max_points: int, seed: int) -> np.ndarray:
@@ -722,7 +715,10 @@ def _ghost_style(points, mesh) -> str:
 
 
 def _default_title(mesh, num_parts, n, ghosts, style="black") -> str:
-    name = mesh.source.name if mesh is not None and mesh.source is not None else "mesh" if mesh is not None else "points"
+    if mesh is None:
+        name = "points"
+    else:
+        name = mesh.source.name if mesh.source is not None else "mesh"
     s = f"{name}: {n:,} nodes in {num_parts} parts"
     if ghosts is not None:
         s += f", {int(ghosts.sum()):,} distinct ghost nodes ({style})"

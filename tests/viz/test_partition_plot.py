@@ -386,4 +386,5 @@ def test_summary_names_the_ghost_counts_apart(naca):
     assert f"ghosts (1-hop, sum over parts): {q['ghost_nodes']:,}" in text
     assert "ghost_nodes" not in text
     assert f"{distinct:,} distinct ghost nodes" in fig.get_suptitle()
-    assert _summary_lines(np.array([3, 4]), None, {"ghost_nodes": 5}, "black")[-1] == "ghosts (1-hop, sum over parts): 5"
+    lines = _summary_lines(np.array([3, 4]), None, {"ghost_nodes": 5}, "black")
+    assert lines[-1] == "ghosts (1-hop, sum over parts): 5"
