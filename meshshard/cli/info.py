@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
 from meshshard.cli._mesh_cmd import format_quality, format_table
 
 HELP = ("show the sizes and quality report of a shard folder (meshshard partition) or a dataset "
@@ -53,9 +55,11 @@ def run(args: argparse.Namespace) -> int:
         return 1
 
     rows = []
+    ghost_ids = []
     for r in tqdm(range(int(meta["num_parts"])), desc="reading parts", file=sys.stderr, leave=False,
                   disable=args.quiet or args.json):
         part = load_part(out, r)
+        ghost_ids.append(part["ghost_ids"])
         name = f"part_{r:04d}.pt"
         rows.append({
             "part": r,
@@ -67,9 +71,10 @@ def run(args: argparse.Namespace) -> int:
         })
         del part
 
+    distinct_ghosts = int(torch.unique(torch.cat(ghost_ids)).numel()) if ghost_ids else 0
     if args.json:
-        print(json.dumps({"meta": {k: v for k, v in meta.items() if k != "files"}, "parts": rows, "verified": True},
-                         indent=2))
+        print(json.dumps({"meta": {k: v for k, v in meta.items() if k != "files"}, "parts": rows,
+                          "distinct_ghosts": distinct_ghosts, "verified": True}, indent=2))
         return 0
 
     src = meta.get("source")
@@ -87,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
     owned = [row["owned"] for row in rows]
     mean = sum(owned) / len(owned)
     print(f"owned nodes: min {min(owned):,}  mean {mean:,.1f}  max {max(owned):,}  (max/mean {max(owned) / mean:.3f})")
+    print(f"ghosts: {sum(row['ghosts'] for row in rows):,} summed over parts, {distinct_ghosts:,} distinct nodes "
+          "(a node that is a ghost of two parts counts twice in the sum)")
     print()
-    print(format_quality(meta.get("quality")))
+    print(format_quality(_label_quality(meta.get("quality"))))
     print(f"\nchecksums: all {len(meta['files'])} files OK")
     return 0
 
@@ -132,7 +139,8 @@ def _dataset_info(out: Path, args: argparse.Namespace) -> int:
           f"y columns {meta['target_columns']}; node types {['interior'] + list(meta['node_types'])}")
     print()
     headers = ["sample", "nodes", "edges", "min part", "max part", "edge cut", "ghosts", "KiB"]
-    print(format_table(headers, [[row[h] for h in headers] for row in rows]))
+    shown = [_QUALITY_LABELS["ghost_nodes"] if h == "ghosts" else h for h in headers]
+    print(format_table(shown, [[row[h] for h in headers] for row in rows]))
     print()
     stat_rows = []
     for key, cols in (("x", meta["feature_columns"]), ("y", meta["target_columns"]),
@@ -143,3 +151,14 @@ def _dataset_info(out: Path, args: argparse.Namespace) -> int:
     print(format_table(["statistics (whole dataset)", "mean", "std", "count"], stat_rows, align="lrrr"))
     print(f"\nchecksums: all {n_files} files of {len(rows)} sample(s) OK")
     return 0
+
+
+# the quality report's ghost count, named apart from the per-part "ghosts" column and the distinct count
+_QUALITY_LABELS = {"ghost_nodes": "ghosts (1-hop, sum over parts)"}
+
+
+def _label_quality(quality):
+    """The quality report with keys whose bare name is ambiguous relabelled for printing."""
+    if not quality:
+        return quality
+    return {_QUALITY_LABELS.get(k, k): v for k, v in quality.items()}

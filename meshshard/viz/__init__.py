@@ -1,12 +1,12 @@
 """meshshard.viz: partition plots (matplotlib, rendered off-screen; layer 4).
 
-- :func:`plot_partition`: cells / points coloured by part, ghost nodes marked, zoom on fine regions.
+- :func:`plot_partition`: cells / points coloured by part, ghost nodes marked, zoom where parts meet.
 - :func:`plot_part_sizes`: bar chart of nodes per part.
 - :func:`plot_partition_summary`: both plus the quality numbers, in one figure (used by the CLI).
 """
 from meshshard.viz.colors import part_colormap, part_colors
-from meshshard.viz.partition_plot import (auto_zoom_box, ghost_mask, mesh_zoom_box, plot_part_sizes, plot_partition,
-                                          plot_partition_summary)
+from meshshard.viz.partition_plot import (auto_zoom_box, cut_zoom_box, ghost_mask, mesh_zoom_box, plot_part_sizes,
+                                          plot_partition, plot_partition_summary)
 
 __all__ = ["plot_partition", "plot_part_sizes", "plot_partition_summary", "ghost_mask", "auto_zoom_box", "mesh_zoom_box",
-           "part_colors", "part_colormap"]
+           "cut_zoom_box", "part_colors", "part_colormap"]

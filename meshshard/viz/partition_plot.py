@@ -15,7 +15,8 @@ from meshshard._fileutil import atomic_path
 from meshshard.io import Mesh
 from meshshard.viz.colors import part_colormap, part_colors
 
-__all__ = ["plot_partition", "plot_part_sizes", "plot_partition_summary", "ghost_mask", "auto_zoom_box", "mesh_zoom_box"]
+__all__ = ["plot_partition", "plot_part_sizes", "plot_partition_summary", "ghost_mask", "auto_zoom_box", "mesh_zoom_box",
+           "cut_zoom_box"]
 
 PathLike = Union[str, os.PathLike]
 Box = Tuple[float, float, float, float]
@@ -50,6 +51,10 @@ def _assignment(partition, n: int) -> Tuple[np.ndarray, int]:
     return a, p
 
 
+def _int_array(x) -> np.ndarray:
+    return np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, dtype=np.int64)
+
+
 def ghost_mask(assignment, edge_index) -> np.ndarray:
     """Nodes that are ghosts of some other part: they have an edge into a different part.
 
@@ -60,8 +65,7 @@ def ghost_mask(assignment, edge_index) -> np.ndarray:
     Returns:
         bool numpy array [N].
     """
-    a = np.asarray(assignment.cpu() if isinstance(assignment, torch.Tensor) else assignment, dtype=np.int64)
-    ei = np.asarray(edge_index.cpu() if isinstance(edge_index, torch.Tensor) else edge_index, dtype=np.int64)
+    a, ei = _int_array(assignment), _int_array(edge_index)
     if ei.ndim != 2 or ei.shape[0] != 2:
         raise ValueError(f"edge_index must have shape [2, E], got {ei.shape}")
     mask = np.zeros(a.shape[0], dtype=bool)
@@ -133,10 +137,119 @@ def auto_zoom_box(points: np.ndarray, triangles: np.ndarray, fraction: float = 0
     return float(lo[0]), float(hi[0]), float(lo[1]), float(hi[1])
 
 
-def _subsample(n: int, max_points: int, seed: int) -> np.ndarray:
+def _part_boxes(points: np.ndarray, assignment: np.ndarray, num_parts: int):
+    """Bounding box of each non-empty part: (part ids [P'], lo [P', d], hi [P', d])."""
+    sizes = np.bincount(assignment, minlength=num_parts)
+    present = np.flatnonzero(sizes)
+    starts = np.cumsum(sizes)[present] - sizes[present]
+    grouped = points[np.argsort(assignment, kind="stable")]
+    return present, np.minimum.reduceat(grouped, starts), np.maximum.reduceat(grouped, starts)
+
+
+def _small_parts(points: np.ndarray, assignment: np.ndarray, num_parts: int, fraction: float = 0.05) -> np.ndarray:
+    """Parts too small to see in a view of the whole mesh, smallest first: the diagonal of their
+    bounding box is below ``fraction`` of the mesh's (a graded mesh puts whole parts in its fine region)."""
+    if len(points) == 0:
+        return np.zeros(0, dtype=np.int64)
+    ids, lo, hi = _part_boxes(points, assignment, num_parts)
+    diag = np.linalg.norm(hi - lo, axis=1)
+    small = diag < fraction * np.linalg.norm(np.ptp(points, axis=0))
+    return ids[small][np.argsort(diag[small], kind="stable")]
+
+
+def cut_zoom_box(mesh_or_points, partition, edge_index=None, nodes: int = 1500) -> Optional[Box]:
+    """A 2D zoom box centred where parts meet, or None.
+
+    The centre is the midpoint of a cut edge (an edge whose ends lie in different parts), so the
+    box always holds nodes of at least two parts and ghost nodes. Which cut edge, and how large:
+
+    - parts too small to see in a view of the whole mesh (see ``plot_partition``): the cut edge
+      nearest their middle, and a box that holds all of them (or only the smallest, when all of
+      them need too large a box);
+    - else, when the mesh has a region of much finer cells (:func:`auto_zoom_box`): the cut edge
+      nearest that region's centre, and a box of that region's size;
+    - else the cut edge nearest the middle of the cut, and a box holding about ``nodes`` nodes.
+
+    Args:
+        mesh_or_points: a 2D :class:`~meshshard.io.Mesh`, or points ``[N, 2]``.
+        partition: a :class:`~meshshard.partitioners.Partition` or an int assignment ``[N]``.
+        edge_index: node graph ``[2, E]``; defaults to the mesh's element graph.
+        nodes: about how many nodes the box holds when neither rule above sets its size.
+
+    Returns:
+        ``(xmin, xmax, ymin, ymax)``, or ``None`` for 3D points, one part, no graph (a point
+        cloud without ``edge_index``), or a box that would cover more than a quarter of the
+        mesh's bounding box (the whole view shows it all already).
+    """
+    points, mesh = _points_and_mesh(mesh_or_points)
+    if points.shape[1] != 2:
+        return None
+    assignment, num_parts = _assignment(partition, len(points))
+    return _cut_zoom_box(points, mesh, assignment, num_parts, _edge_index_for(mesh, points, edge_index), nodes)
+
+
+def _cut_zoom_box(points, mesh, assignment, num_parts, edge_index, nodes=1500) -> Optional[Box]:
+    if edge_index is None:
+        return None
+    ghost_mask(assignment, edge_index)  # validates edge_index
+    ei = _int_array(edge_index)
+    cut = ei[:, assignment[ei[0]] != assignment[ei[1]]]
+    if cut.shape[1] == 0:
+        return None
+    mid = (points[cut[0]] + points[cut[1]]) / 2
+    max_area = 0.25 * np.prod(np.maximum(np.ptp(points, axis=0), 1e-300))
+    from scipy.spatial import cKDTree
+
+    tree = cKDTree(points)
+
+    def box_at(target, half=None, contain=None, k=200):
+        c = mid[np.argmin(((mid - target) ** 2).sum(1))]
+        dist = tree.query(c, k=min(k, len(points)))[0]
+        h = np.full(2, float(np.max(dist)))  # at least k nodes around the cut: ghosts and cells to see
+        if half is not None:
+            h = np.maximum(h, half)
+        if contain is not None:
+            h = np.maximum(h, 1.1 * np.abs(contain - c).max(0))
+        h = np.maximum(h, 0.6 * h.max())  # not too flat a box
+        if np.prod(2 * h) > max_area:
+            return None
+        return float(c[0] - h[0]), float(c[0] + h[0]), float(c[1] - h[1]), float(c[1] + h[1])
+
+    small = _small_parts(points, assignment, num_parts)
+    for group in ((small, small[:1]) if small.size else ()):
+        sel = points[np.isin(assignment, group)]
+        lo, hi = sel.min(0), sel.max(0)
+        box = box_at((lo + hi) / 2, contain=np.stack([lo, hi]))
+        if box is not None:
+            return box
+    fine = _fine_box(points, mesh)
+    if fine is not None:
+        centre = np.array([fine[0] + fine[1], fine[2] + fine[3]]) / 2
+        return box_at(centre, half=np.array([fine[1] - fine[0], fine[3] - fine[2]]) / 2)
+    return box_at(np.median(mid, axis=0), k=nodes)
+
+
+def _fine_box(points, mesh) -> Optional[Box]:
+    if mesh is None or mesh.is_point_cloud or mesh.topological_dim != 2:
+        return None
+    tris, _ = _fan_triangles(mesh.cells, np.zeros(mesh.num_nodes, dtype=np.int64))
+    return auto_zoom_box(points, tris)
+
+
+def _subsample_parts(assignment: np.ndarray, num_parts: int, max_points: int, seed: int) -> np.ndarray:
+    """Sorted ids of at most about ``max_points`` nodes, drawn at random in proportion to the part
+    sizes, but at least ``max_points / (10 num_parts)`` from each part, so that small parts stay visible."""
+    n = len(assignment)
     if n <= max_points:
         return np.arange(n)
-    return np.sort(np.random.default_rng(seed).choice(n, max_points, replace=False))
+    sizes = np.bincount(assignment, minlength=num_parts)
+    quota = np.maximum(sizes * max_points // n, np.minimum(sizes, max(max_points // (10 * num_parts), 1)))
+    perm = np.random.default_rng(seed).permutation(n)
+    a = assignment[perm]
+    order = np.argsort(a, kind="stable")
+    rank = np.empty(n, dtype=np.int64)  # position of each drawn node among the drawn nodes of its part
+    rank[order] = np.arange(n) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    return np.sort(perm[rank < quota[a]])
 
 
 def _marker_size(n_visible: int) -> float:
@@ -165,7 +278,7 @@ def _draw_2d(ax, points, mesh, assignment, num_parts, ghosts, box=None, show_cel
             _draw_cell_edges(ax, points, mesh, box)
         n_visible = len(points)
     else:
-        idx = _subsample(len(points), 200_000, 0)
+        idx = _subsample_parts(assignment, num_parts, 200_000, 0)
         ax.scatter(x[idx], y[idx], c=assignment[idx], cmap=cmap, vmin=-0.5, vmax=num_parts - 0.5,
                    s=_marker_size(len(idx)), linewidths=0, rasterized=True)
         n_visible = len(idx)
@@ -180,6 +293,21 @@ def _draw_2d(ax, points, mesh, assignment, num_parts, ghosts, box=None, show_cel
     ax.set_aspect("equal")
     ax.set_xlabel("x")
     ax.set_ylabel("y")
+
+
+def _label_small_parts(ax, points, assignment, num_parts) -> np.ndarray:
+    """Point at each part too small to see in a whole-mesh view with a label in its colour; returns them."""
+    small = _small_parts(points, assignment, num_parts)[:12]
+    colors = part_colors(num_parts)
+    for i, r in enumerate(np.sort(small)):
+        own = points[assignment == r, :2]
+        at = own[np.argmin(((own - np.median(own, axis=0)) ** 2).sum(1))]
+        angle = np.deg2rad(60 + 360 * i / len(small))  # fan the labels out: small parts often share one spot
+        ax.annotate(f"part {r}", xy=at, xytext=(45 * np.cos(angle), 30 * np.sin(angle)), textcoords="offset points",
+                    fontsize=7, ha="center", va="center", zorder=5,
+                    bbox=dict(boxstyle="round,pad=0.25", fc=colors[r], ec="k", lw=0.5),
+                    arrowprops=dict(arrowstyle="-", color="k", lw=0.7, shrinkA=0, shrinkB=0))
+    return small
 
 
 def _draw_cell_edges(ax, points, mesh, box):
@@ -211,21 +339,43 @@ _CELL_FACES_3D = {
 }
 
 
+def _sort_rows(f: np.ndarray) -> np.ndarray:
+    """Each row sorted, by a min/max network over the columns (rows of 3-4 ids: much faster than np.sort)."""
+    cols = [f[:, j] for j in range(f.shape[1])]
+    for i in range(len(cols)):
+        for j in range(len(cols) - 1 - i):
+            cols[j], cols[j + 1] = np.minimum(cols[j], cols[j + 1]), np.maximum(cols[j], cols[j + 1])
+    return np.stack(cols, axis=1)
+
+
 def _faces_seen_once(faces: list) -> Optional[np.ndarray]:
     """The faces (rows of corner ids) that belong to exactly one cell: the outer surface."""
     if not faces:
         return None
     f = np.concatenate(faces)
-    _, inverse, counts = np.unique(np.sort(f, axis=1), axis=0, return_inverse=True, return_counts=True)
-    return f[counts[inverse.reshape(-1)] == 1]
+    if not len(f):
+        return f
+    s = _sort_rows(f)
+    n, k = int(s.max()) + 1, s.shape[1]
+    if n ** k < 2 ** 63:  # one integer per face: a 1-D unique is far faster than unique(axis=0)
+        key = s[:, 0].copy()
+        for j in range(1, k):
+            key = key * n + s[:, j]
+    else:
+        key = np.unique(s, axis=0, return_inverse=True)[1].reshape(-1)
+    order = np.argsort(key)
+    key = key[order]
+    first = np.r_[True, key[1:] != key[:-1]]  # first of a run of equal faces
+    return f[order[first & np.r_[first[1:], True]]]  # runs of length one
 
 
-def _surface_faces(mesh: Optional[Mesh]):
+def _surface_faces(mesh: Optional[Mesh], keep_cells: Optional[dict] = None):
     """The faces to draw for a mesh in 3D space, as a list of corner arrays ``[F, 3]`` / ``[F, 4]``.
 
     A volume mesh: its outer surface (faces of the volume cells that belong to one cell only;
-    the file's boundary cells when its volume cell types are unknown). A surface mesh (2D cells
-    with 3D points): its cells. ``None`` for a point cloud.
+    the file's boundary cells when its volume cell types are unknown); with ``keep_cells`` (a bool
+    mask per cell type), the surface of those cells only. A surface mesh (2D cells with 3D
+    points): its cells. ``None`` for a point cloud.
     """
     if mesh is None or mesh.is_point_cloud:
         return None
@@ -235,16 +385,39 @@ def _surface_faces(mesh: Optional[Mesh]):
     if mesh.topological_dim != 3:
         return None
     tris, quads = [], []
-    known = all(t in _CELL_FACES_3D for t in mesh.cells)
-    if known:
+    if all(t in _CELL_FACES_3D for t in mesh.cells):
         for t, conn in mesh.cells.items():
+            if keep_cells is not None:
+                conn = conn[keep_cells[t]]
             tri_local, quad_local = _CELL_FACES_3D[t]
             tris += [conn[:, list(f)] for f in tri_local]
             quads += [conn[:, list(f)] for f in quad_local]
         out = [f for f in (_faces_seen_once(tris), _faces_seen_once(quads)) if f is not None and len(f)]
         return out or None
+    if keep_cells is not None:
+        return None
     faces = [conn[:, : _CORNERS_2D[t]] for t, conn in mesh.boundary_cells.items() if t in _CORNERS_2D]
     return faces or None
+
+
+def _cutaway(points, mesh, elev, azim):
+    """Cut a volume mesh open at its mid-plane facing the camera: the surface of the cells in the
+    far half, so cavities and the parts inside show. Returns (faces, label) or None."""
+    if mesh is None or mesh.is_point_cloud or mesh.topological_dim != 3 or \
+            not all(t in _CELL_FACES_3D for t in mesh.cells):
+        return None
+    e, a = np.deg2rad(elev), np.deg2rad(azim)
+    toward_camera = np.array([np.cos(e) * np.cos(a), np.cos(e) * np.sin(a), np.sin(e)])
+    axis = int(np.argmax(np.abs(toward_camera)))
+    sign = np.sign(toward_camera[axis])
+    # a little off the middle: a k-d tree or bisection partition puts a cut right at the middle,
+    # and a section along a cut shows the cells of two parts interleaved
+    middle = float(0.55 * points[:, axis].min() + 0.45 * points[:, axis].max())
+    keep = {t: (points[conn, axis].mean(1) - middle) * sign < 0 for t, conn in mesh.cells.items()}
+    faces = _surface_faces(mesh, keep)
+    if faces is None:
+        return None
+    return faces, f"cut open at {'xyz'[axis]} = {middle:.3g}, the side facing the camera removed"
 
 
 def _darken(colors: np.ndarray, factor: float = 0.45) -> np.ndarray:
@@ -253,29 +426,55 @@ def _darken(colors: np.ndarray, factor: float = 0.45) -> np.ndarray:
     return out
 
 
-def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed):
+def _light_direction(elev, azim) -> np.ndarray:
+    """A unit vector towards a light above and left of the camera."""
+    e, a = np.deg2rad(elev + 30.0), np.deg2rad(azim - 40.0)
+    return np.array([np.cos(e) * np.cos(a), np.cos(e) * np.sin(a), np.sin(e)])
+
+
+def _face_colors(points, conn, assignment, ghosts, colors, light) -> np.ndarray:
+    """RGBA [F, 4] per face: its part's colour, shaded by how squarely it faces the light (two-sided:
+    extracted faces have no consistent orientation), darker at ghost nodes."""
+    p = points[conn[:, :3]]
+    normal = np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
+    normal /= np.maximum(np.linalg.norm(normal, axis=1, keepdims=True), 1e-300)
+    out = colors[_majority_part(conn, assignment)]
+    out[:, :3] *= (0.5 + 0.5 * np.abs(normal @ light))[:, None]
+    if ghosts is not None:
+        at_ghost = ghosts[conn].any(1)
+        out[at_ghost] = _darken(out[at_ghost])
+    return out
+
+
+# 3D panels draw at most this many surface faces; beyond, the surface's nodes are scattered
+# (matplotlib depth-sorts every face of every panel in Python)
+_MAX_FACES_3D = 400_000
+# and scatter at most this many points per 3D panel (the default of max_points)
+_MAX_POINTS_3D = 50_000
+
+
+def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed, faces=None):
     """Surface faces coloured by part (faces at a ghost node darker), or a coloured scatter
     (ghost nodes as black dots on top) for point clouds and surfaces too big to draw."""
     colors = part_colors(num_parts)
-    faces = _surface_faces(mesh)
     n_faces = sum(len(f) for f in faces) if faces else 0
-    if faces and n_faces <= max_points:
+    if faces and n_faces <= _MAX_FACES_3D:
         from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
+        light = _light_direction(elev, azim)
+        edges = (0, 0, 0, 0.15) if n_faces <= 20_000 else "none"  # cell edges while few enough to tell apart
         for conn in faces:
-            face_colors = colors[_majority_part(conn, assignment)]
-            if ghosts is not None:
-                at_ghost = ghosts[conn].any(1)
-                face_colors[at_ghost] = _darken(face_colors[at_ghost])
-            coll = Poly3DCollection(points[conn], facecolors=face_colors, edgecolors=(0, 0, 0, 0.15),
-                                    linewidths=0.1)
+            face_colors = _face_colors(points, conn, assignment, ghosts, colors, light)
+            # no antialiasing: its seams between tiny faces let the faces behind shine through
+            coll = Poly3DCollection(points[conn], facecolors=face_colors, edgecolors=edges, linewidths=0.1,
+                                    antialiased=False)
             ax.add_collection3d(coll)
     else:
         if faces:  # huge surface: scatter its nodes only (the interior would hide nothing anyway)
             shown = np.unique(np.concatenate([f.reshape(-1) for f in faces]))
         else:
             shown = np.arange(len(points))
-        shown = shown[_subsample(len(shown), max_points, seed)]
+        shown = shown[_subsample_parts(assignment[shown], num_parts, max_points, seed)]
         size = _marker_size_3d(len(shown))
         ax.computed_zorder = False  # ghosts always on top of the cloud (a cloud hides nothing anyway)
         ax.scatter(points[shown, 0], points[shown, 1], points[shown, 2], c=colors[assignment[shown]],
@@ -289,12 +488,28 @@ def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_po
     ax.set_xlim(lo[0], hi[0])
     ax.set_ylim(lo[1], hi[1])
     ax.set_zlim(lo[2], hi[2])
-    ax.set_box_aspect(tuple(np.maximum(hi - lo, 1e-3 * max(hi - lo))), zoom=1.0)
+    ax.set_box_aspect(tuple(np.maximum(hi - lo, 1e-3 * max(hi - lo))), zoom=0.8)  # room for the z label
     ax.view_init(elev=elev, azim=azim)
     ax.set_xlabel("x", labelpad=0)
     ax.set_ylabel("y", labelpad=0)
-    ax.set_zlabel("z", labelpad=-4)
+    ax.set_zlabel("z", labelpad=-2)
     ax.tick_params(labelsize=6, pad=0)
+
+
+def _draw_3d_panels(fig, cells, points, mesh, assignment, num_parts, ghosts, views, max_points, seed, cutaway):
+    """One 3D axes per view in the grid ``cells``: the whole surface first, then (``cutaway``) the
+    mesh cut open facing the camera. Returns the axes."""
+    faces = _surface_faces(mesh)
+    axes = []
+    for i, ((elev, azim), cell) in enumerate(zip(views, cells)):
+        ax = fig.add_subplot(cell, projection="3d")
+        cut = _cutaway(points, mesh, elev, azim) if cutaway and i > 0 else None
+        _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed,
+                 cut[0] if cut else faces)
+        what = cut[1] if cut else "surface" if faces else "points"
+        ax.set_title(f"{what} (elev={elev:g}, azim={azim:g})", fontsize=8)
+        axes.append(ax)
+    return axes
 
 
 def _draw_projection(ax, points, assignment, num_parts, ghosts, max_points, seed):
@@ -351,53 +566,65 @@ def plot_partition(
     path: Optional[PathLike] = None,
     title: Optional[str] = None,
     zoom: Union[str, None, Sequence[float]] = "auto",
-    max_points: int = 200_000,
+    max_points: Optional[int] = None,
     views: Sequence[Tuple[float, float]] = ((20.0, -60.0), (20.0, 120.0)),
     figsize: Optional[Tuple[float, float]] = None,
     dpi: int = 120,
     seed: int = 0,
+    cutaway: bool = True,
 ):
     r"""Draw a partition: cells (2D) or points/surface faces (3D) coloured by part.
+
+    Parts too small to see in the whole view (a graded mesh puts whole parts in its fine region)
+    get a label in their colour pointing at them, and the zoom panel shows them.
 
     Args:
         mesh_or_points: a :class:`~meshshard.io.Mesh`, or points [N, 2] / [N, 3].
         partition: a :class:`~meshshard.partitioners.Partition` or an int assignment [N].
         edge_index: node graph [2, E] used to find ghost nodes; defaults to the mesh's element
             graph (a bare point cloud without it shows no ghosts).
-        show_ghosts: mark ghost nodes (nodes with a neighbour in another part) in black.
+        show_ghosts: mark ghost nodes (nodes with a neighbour in another part) in black; on a
+            drawn 3D surface the faces at them are darker.
         ax: draw into this axes (a 3D axes for 3D views; a 2D axes gets a 2D projection).
-            When ``None`` a new figure is made: 2D with a zoom panel when the mesh has a region of
-            much finer cells (``zoom``), 3D with one panel per entry of ``views``.
+            When ``None`` a new figure is made: 2D with a zoom panel where parts meet (``zoom``),
+            3D with one panel per entry of ``views``.
         path: save the figure there (PNG, PDF, SVG by suffix; written atomically).
         title: figure title.
-        zoom: ``"auto"`` (see :func:`auto_zoom_box`), ``None`` (no zoom panel) or a box
-            ``(xmin, xmax, ymin, ymax)``. 2D only.
-        max_points: scatter at most this many points (random subsample, ``seed``).
+        zoom: ``"auto"`` (:func:`cut_zoom_box`; for one part, :func:`auto_zoom_box`), ``None``
+            (no zoom panel) or a box ``(xmin, xmax, ymin, ymax)``. 2D only.
+        max_points: scatter at most about this many points per panel (drawn at random per part,
+            ``seed``, keeping some of every part); default 200,000 in 2D, 50,000 in 3D.
         views: (elevation, azimuth) of each 3D panel.
         figsize, dpi: figure size in inches and resolution.
+        cutaway: 3D volume meshes: the panels after the first show the mesh cut open near its
+            mid-plane facing the camera (the near half removed), so cavities and the parts
+            inside show; the first panel shows the whole boundary surface.
 
     Returns:
         the :class:`matplotlib.figure.Figure`.
     """
     points, mesh = _points_and_mesh(mesh_or_points)
     assignment, num_parts = _assignment(partition, len(points))
-    ghosts = None
-    if show_ghosts:
-        ei = _edge_index_for(mesh, points, edge_index)
-        ghosts = ghost_mask(assignment, ei) if ei is not None else None
+    ei = _edge_index_for(mesh, points, edge_index)
+    ghosts = ghost_mask(assignment, ei) if show_ghosts and ei is not None else None
     sizes = np.bincount(assignment, minlength=num_parts)
     three_d = points.shape[1] == 3
+    max_points = max_points or (_MAX_POINTS_3D if three_d else 200_000)
 
     if ax is not None:
         fig = ax.figure
         if three_d and getattr(ax, "name", "") == "3d":
             elev, azim = views[0]
-            _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed)
+            _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed,
+                     _surface_faces(mesh))
         elif three_d:
             _draw_projection(ax, points, assignment, num_parts, ghosts, max_points, seed)
         else:
-            box = None if zoom is None or isinstance(zoom, str) else tuple(zoom)
+            box = None if zoom is None or isinstance(zoom, str) else _zoom_box(points, mesh, zoom, assignment,
+                                                                               num_parts, ei)
             _draw_2d(ax, points, mesh, assignment, num_parts, ghosts, box=box)
+            if box is None:
+                _label_small_parts(ax, points, assignment, num_parts)
         if title:
             ax.set_title(title, fontsize=9)
         _save(fig, path, dpi)
@@ -405,31 +632,45 @@ def plot_partition(
 
     if three_d:
         fig = _new_figure(figsize or (6.0 * len(views), 4.5), dpi)
-        for i, (elev, azim) in enumerate(views):
-            a = fig.add_subplot(1, len(views), i + 1, projection="3d")
-            _draw_3d(a, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed)
-            a.set_title(f"view elev={elev:g} azim={azim:g}", fontsize=8)
-        _legend(fig.axes[0], num_parts, sizes)
+        grid = fig.add_gridspec(1, len(views))
+        axes = _draw_3d_panels(fig, [grid[0, i] for i in range(len(views))], points, mesh, assignment, num_parts,
+                               ghosts, views, max_points, seed, cutaway)
+        _legend(axes[0], num_parts, sizes)
     else:
-        box = _zoom_box(points, mesh, zoom)
+        box = _zoom_box(points, mesh, zoom, assignment, num_parts, ei)
         panels = 2 if box is not None else 1
         fig = _new_figure(figsize or (6.5 * panels, 5.5), dpi)
         a = fig.add_subplot(1, panels, 1)
-        _draw_2d(a, points, mesh, assignment, num_parts, ghosts)
+        _draw_overview_2d(a, points, mesh, assignment, num_parts, ghosts, box)
         _legend(a, num_parts, sizes)
         if box is not None:
-            _mark_box(a, box)
-            z = fig.add_subplot(1, panels, 2)
-            _draw_2d(z, points, mesh, assignment, num_parts, ghosts, box=box, show_cell_edges=True)
-            z.set_title("zoom", fontsize=9)
-    fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts,
-                                         _ghost_style(points, mesh, max_points)), fontsize=10)
+            _draw_zoom_2d(fig.add_subplot(1, panels, 2), points, mesh, assignment, num_parts, ghosts, box)
+    fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts, _ghost_style(points, mesh)),
+                 fontsize=10)
     _save(fig, path, dpi)
     return fig
 
 
+def _draw_overview_2d(ax, points, mesh, assignment, num_parts, ghosts, box):
+    _draw_2d(ax, points, mesh, assignment, num_parts, ghosts)
+    _label_small_parts(ax, points, assignment, num_parts)
+    if box is not None:
+        _mark_box(ax, box)
+
+
+def _draw_zoom_2d(ax, points, mesh, assignment, num_parts, ghosts, box):
+    _draw_2d(ax, points, mesh, assignment, num_parts, ghosts, box=box, show_cell_edges=True)
+    inside = (points[:, 0] >= box[0]) & (points[:, 0] <= box[1]) & (points[:, 1] >= box[2]) & (points[:, 1] <= box[3])
+    shown = np.unique(assignment[inside])
+    ax.set_title("zoom where parts " + ", ".join(str(r) for r in shown[:8]) + (" ..." if len(shown) > 8 else "")
+                 + " meet", fontsize=9)
+
+
 def mesh_zoom_box(mesh) -> Optional[Box]:
-    """The automatic zoom box of a 2D mesh (around its finest cells, see :func:`auto_zoom_box`).
+    """The zoom box of a 2D mesh around its finest cells (see :func:`auto_zoom_box`).
+
+    Independent of any partition, so that plots of several partitions of one mesh share it; for
+    a box centred where the parts of one partition meet, use :func:`cut_zoom_box`.
 
     Args:
         mesh: a :class:`~meshshard.io.Mesh`.
@@ -441,10 +682,10 @@ def mesh_zoom_box(mesh) -> Optional[Box]:
     points, mesh = _points_and_mesh(mesh)
     if points.shape[1] != 2:
         return None
-    return _zoom_box(points, mesh, "auto")
+    return _fine_box(points, mesh)
 
 
-def _zoom_box(points, mesh, zoom) -> Optional[Box]:
+def _zoom_box(points, mesh, zoom, assignment, num_parts, edge_index) -> Optional[Box]:
     if zoom is None:
         return None
     if not isinstance(zoom, str):
@@ -454,10 +695,10 @@ def _zoom_box(points, mesh, zoom) -> Optional[Box]:
         return box
     if zoom != "auto":
         raise ValueError(f"zoom must be 'auto', None or a box, got {zoom!r}")
-    if mesh is None or mesh.is_point_cloud or mesh.topological_dim != 2:
+    if points.shape[1] != 2:
         return None
-    tris, _ = _fan_triangles(mesh.cells, np.zeros(mesh.num_nodes, dtype=np.int64))
-    return auto_zoom_box(points, tris)
+    box = _cut_zoom_box(points, mesh, assignment, num_parts, edge_index)
+    return box if box is not None else _fine_box(points, mesh)
 
 
 def _mark_box(ax, box):
@@ -466,20 +707,21 @@ def _mark_box(ax, box):
     ax.add_patch(Rectangle((box[0], box[2]), box[1] - box[0], box[3] - box[2], fill=False, ec="k", lw=0.8, ls="--"))
 
 
-def _ghost_style(points, mesh, max_points) -> str:
+def _ghost_style(points, mesh) -> str:
     """How ghost nodes show: black dots, or darker faces on a drawn 3D surface."""
-    if points.shape[1] == 3:
-        faces = _surface_faces(mesh)
-        if faces and sum(len(f) for f in faces) <= max_points:
-            return "faces at them darker"
+    if points.shape[1] == 3 and mesh is not None and not mesh.is_point_cloud:
+        return "black, or faces at them darker"
     return "black"
 
 
 def _default_title(mesh, num_parts, n, ghosts, style="black") -> str:
-    name = mesh.source.name if mesh is not None and mesh.source is not None else "points"
+    if mesh is None:
+        name = "points"
+    else:
+        name = mesh.source.name if mesh.source is not None else "mesh"
     s = f"{name}: {n:,} nodes in {num_parts} parts"
     if ghosts is not None:
-        s += f", {int(ghosts.sum()):,} ghost nodes ({style})"
+        s += f", {int(ghosts.sum()):,} distinct ghost nodes ({style})"
     return s
 
 
@@ -525,10 +767,16 @@ def plot_partition_summary(
     title: Optional[str] = None,
     show_ghosts: bool = True,
     zoom: Union[str, None, Sequence[float]] = "auto",
-    max_points: int = 200_000,
+    max_points: Optional[int] = None,
     dpi: int = 120,
 ):
     """One figure for the CLI: the partition view(s), a zoom (2D), part sizes and quality numbers.
+
+    Two ghost counts appear and are named apart: "distinct ghost nodes" (nodes with a neighbour
+    in another part, each counted once: the black dots) and the quality report's ``ghost_nodes``,
+    shown as "ghosts (1-hop, sum over parts)" (each part counts the outside nodes next to it, so a node
+    next to two other parts counts twice; it is the sum of ``meshshard info``'s per-part
+    "ghosts" column at one halo hop).
 
     Args:
         mesh_or_points, partition, edge_index, show_ghosts, zoom, max_points: as
@@ -542,42 +790,44 @@ def plot_partition_summary(
     """
     points, mesh = _points_and_mesh(mesh_or_points)
     assignment, num_parts = _assignment(partition, len(points))
-    ghosts = None
-    if show_ghosts:
-        ei = _edge_index_for(mesh, points, edge_index)
-        ghosts = ghost_mask(assignment, ei) if ei is not None else None
+    ei = _edge_index_for(mesh, points, edge_index)
+    ghosts = ghost_mask(assignment, ei) if show_ghosts and ei is not None else None
     sizes = np.bincount(assignment, minlength=num_parts)
     three_d = points.shape[1] == 3
-    box = None if three_d else _zoom_box(points, mesh, zoom)
+    max_points = max_points or (_MAX_POINTS_3D if three_d else 200_000)
+    box = None if three_d else _zoom_box(points, mesh, zoom, assignment, num_parts, ei)
     n_views = 2 if (three_d or box is not None) else 1
     fig = _new_figure((5.5 * n_views + 4.5, 5.5), dpi)
     grid = fig.add_gridspec(2, n_views + 1, width_ratios=[5.5] * n_views + [4.5], height_ratios=[3, 2])
     if three_d:
-        for i, (elev, azim) in enumerate(((20.0, -60.0), (20.0, 120.0))):
-            a = fig.add_subplot(grid[:, i], projection="3d")
-            _draw_3d(a, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, 0)
+        _draw_3d_panels(fig, [grid[:, 0], grid[:, 1]], points, mesh, assignment, num_parts, ghosts,
+                        ((20.0, -60.0), (20.0, 120.0)), max_points, 0, cutaway=True)
     else:
-        a = fig.add_subplot(grid[:, 0])
-        _draw_2d(a, points, mesh, assignment, num_parts, ghosts)
+        _draw_overview_2d(fig.add_subplot(grid[:, 0]), points, mesh, assignment, num_parts, ghosts, box)
         if box is not None:
-            _mark_box(a, box)
-            z = fig.add_subplot(grid[:, 1])
-            _draw_2d(z, points, mesh, assignment, num_parts, ghosts, box=box, show_cell_edges=True)
-            z.set_title("zoom", fontsize=9)
+            _draw_zoom_2d(fig.add_subplot(grid[:, 1]), points, mesh, assignment, num_parts, ghosts, box)
     bars = fig.add_subplot(grid[0, n_views])
     plot_part_sizes(assignment if not hasattr(partition, "num_parts") else partition, ax=bars)
     text = fig.add_subplot(grid[1, n_views])
     text.axis("off")
-    lines = [f"nodes: {len(points):,}   parts: {num_parts}", f"sizes: min {sizes.min():,}  max {sizes.max():,}"]
-    if ghosts is not None:
-        # distinct nodes that are a ghost of some other part (the quality report's ghost_nodes
-        # counts a node once per part that holds a copy of it)
-        lines.append(f"ghost nodes, distinct ({_ghost_style(points, mesh, max_points)}): {int(ghosts.sum()):,}")
-    for key, value in (quality or {}).items():
-        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-            lines.append(f"{key}: {value:,.4g}" if isinstance(value, (float, np.floating)) else f"{key}: {value:,}")
-    text.text(0.0, 1.0, "\n".join(lines), va="top", ha="left", family="monospace", fontsize=8)
-    fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts,
-                                         _ghost_style(points, mesh, max_points)), fontsize=10)
+    text.text(0.0, 1.0, "\n".join(_summary_lines(sizes, ghosts, quality, _ghost_style(points, mesh))), va="top",
+              ha="left", family="monospace", fontsize=8)
+    fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts, _ghost_style(points, mesh)),
+                 fontsize=10)
     _save(fig, path, dpi)
     return fig
+
+
+# how the summary names the quality report's keys whose meaning the bare key hides
+_QUALITY_LABELS = {"ghost_nodes": "ghosts (1-hop, sum over parts)"}
+
+
+def _summary_lines(sizes, ghosts, quality, style) -> list:
+    lines = [f"nodes: {int(sizes.sum()):,}   parts: {len(sizes)}", f"sizes: min {sizes.min():,}  max {sizes.max():,}"]
+    if ghosts is not None:
+        lines.append(f"distinct ghost nodes ({style}): {int(ghosts.sum()):,}")
+    for key, value in (quality or {}).items():
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+            label = _QUALITY_LABELS.get(key, key)
+            lines.append(f"{label}: {value:,.4g}" if isinstance(value, (float, np.floating)) else f"{label}: {value:,}")
+    return lines

@@ -94,3 +94,24 @@ def test_info_on_a_damaged_dataset(dataset, capsys):
     assert main(["info", str(dataset), "-q"]) == 1
     err = capsys.readouterr().err
     assert "00001_naca0012_inviscid/part_0000.pt" in err and "sha256" in err and "00000_" not in err
+
+
+def test_info_names_the_ghost_counts(shards, data_dir, capsys):
+    """Per-part "ghosts", their sum over parts (= the quality report's 1-hop ghost_nodes at one
+    halo hop) and the distinct ghost nodes (the plot's black dots) are printed and named apart."""
+    from meshshard.io import read_mesh
+    from meshshard.partitioners import Partition
+    from meshshard.viz import ghost_mask
+
+    capsys.readouterr()
+    assert main(["info", str(shards), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    total = sum(p["ghosts"] for p in data["parts"])
+    assert total == data["meta"]["quality"]["ghost_nodes"]
+    part = Partition.load(shards / "partition.pt")
+    distinct = int(ghost_mask(part.assignment, read_mesh(data_dir / "rae2822_turb.su2").edge_index()).sum())
+    assert data["distinct_ghosts"] == distinct < total
+    assert main(["info", str(shards), "-q"]) == 0
+    out = capsys.readouterr().out
+    assert f"ghosts: {total:,} summed over parts, {distinct:,} distinct nodes" in out
+    assert "ghosts (1-hop, sum over parts)" in out and "ghost_nodes" not in out
