@@ -221,15 +221,16 @@ def _global_sum(w: np.ndarray, group) -> float:
 
 # ---- k-d tree: level-synchronous bisection with a distributed radix selection ---------------------
 
-def _select(segs, members, vkey, gid, w, targets, gid_bits, n, group):
+def _select(segs, members, vkey, gid, w, targets, gid_bits, group):
     """For each segment, the first item ``x`` in ``(vkey, gid)`` order whose prefix weight
     (count when ``w`` is None) reaches the target, found digit by digit from all-reduced histograms.
 
     Returns per segment ``(vkey_x, gid_x, count before x, weight before x, weight of x)``.
     """
     num = len(segs)
-    # 16-bit digits (fewer rounds) pay off only when histograms are small next to the points
-    bits = 16 if n >= (1 << 20) and num * (1 << 16) <= (1 << 22) else 8
+    # 16-bit digits: 4 rounds for the coordinate, 1-3 for the id; collectives cost more than
+    # the histograms' length (narrower digits only when many segments would make them large)
+    bits = 16 if num * (1 << 16) <= (1 << 22) else 8
     buckets = 1 << bits
     cand = [members[s].copy() for s in range(num)]
     c_before = np.zeros(num, dtype=np.int64)
@@ -242,21 +243,18 @@ def _select(segs, members, vkey, gid, w, targets, gid_bits, n, group):
     gid_width = -(-max(gid_bits, 1) // bits) * bits
     digit_plan += [(gid_u, gid_width - bits * (i + 1), 1) for i in range(gid_width // bits)]
     for source, shift, which in digit_plan:
-        hist_c = np.zeros((num, buckets), dtype=np.int64)
-        hist_w = np.zeros((num, buckets))
+        # counts and weights in one all-reduce (counts are exact in float64)
+        hist = np.zeros((2 if w is not None else 1, num, buckets))
         digits = []
         for s in range(num):
             d = ((source[cand[s]] >> np.uint64(shift)) & np.uint64(buckets - 1)).astype(np.int64)
             digits.append(d)
-            hist_c[s] = np.bincount(d, minlength=buckets)
+            hist[0, s] = np.bincount(d, minlength=buckets)
             if w is not None:
-                hist_w[s] = np.bincount(d, weights=w[cand[s]], minlength=buckets)
-        hc, hw = torch.from_numpy(hist_c), torch.from_numpy(hist_w)
-        msd.all_reduce(hc, group=group)
-        if w is not None:
-            msd.all_reduce(hw, group=group)
-        hist_c = hc.numpy()
-        hist_w = hw.numpy() if w is not None else hist_c.astype(np.float64)
+                hist[1, s] = np.bincount(d, weights=w[cand[s]], minlength=buckets)
+        hist = msd.all_reduce(torch.from_numpy(hist), group=group).numpy()
+        hist_c = hist[0].astype(np.int64)
+        hist_w = hist[1] if w is not None else hist[0]
         for s in range(num):
             cum = w_before[s] + np.cumsum(hist_w[s])
             ok = np.flatnonzero((hist_c[s] > 0) & (cum >= targets[s]))
@@ -291,15 +289,15 @@ def _kdtree_assignment(pts, w, gid, n, num_parts, group) -> np.ndarray:
                 sub = pts[mk]
                 lo[s] = [sub[:, j].min() for j in range(dim)]
                 hi[s] = [sub[:, j].max() for j in range(dim)]
-        sizes_t, lo_t, hi_t = torch.from_numpy(sizes), torch.from_numpy(lo), torch.from_numpy(hi)
-        msd.all_reduce(sizes_t, group=group)
-        msd.all_reduce(lo_t, op=msd.ReduceOp.MIN, group=group)
-        msd.all_reduce(hi_t, op=msd.ReduceOp.MAX, group=group)
-        m_all, lo, hi = sizes_t.numpy(), lo_t.numpy(), hi_t.numpy()
-        totals = None
+        sums = np.zeros((num, 2))
+        sums[:, 0] = sizes
         if w is not None:
-            tot = torch.from_numpy(np.array([float(w[mk].sum()) for mk in members]))
-            totals = msd.all_reduce(tot, group=group).numpy()
+            sums[:, 1] = [float(w[mk].sum()) for mk in members]
+        sums = msd.all_reduce(torch.from_numpy(sums), group=group).numpy()
+        bounds = msd.all_reduce(torch.from_numpy(np.concatenate([-lo, hi], axis=1)), op=msd.ReduceOp.MAX,
+                                group=group).numpy()
+        m_all, totals = sums[:, 0].astype(np.int64), sums[:, 1]
+        lo, hi = -bounds[:, :dim], bounds[:, dim:]
         ftype = pts.dtype.type
         axes = []
         for s in range(num):
@@ -316,11 +314,11 @@ def _kdtree_assignment(pts, w, gid, n, num_parts, group) -> np.ndarray:
             n_left = np.array([int(round(int(m_all[s]) * int(k_left[s]) / active[s][1])) for s in range(num)])
             n_left = np.minimum(np.maximum(n_left, k_left), m_all - k_right)
             x_key, x_gid, _, _, _ = _select(active, members, vkey, gid, None, n_left.astype(np.float64), gid_bits,
-                                            n, group)
+                                            group)
             inclusive = np.ones(num, dtype=bool)
         else:
             targets = np.array([totals[s] * int(k_left[s]) / active[s][1] for s in range(num)])
-            x_key, x_gid, c_before, w_lo, w_x = _select(active, members, vkey, gid, w, targets, gid_bits, n, group)
+            x_key, x_gid, c_before, w_lo, w_x = _select(active, members, vkey, gid, w, targets, gid_bits, group)
             hi_n = c_before + 1
             w_hi = w_lo + w_x
             n_left = np.where(targets - w_lo <= w_hi - targets, c_before, hi_n)
@@ -329,7 +327,7 @@ def _kdtree_assignment(pts, w, gid, n, num_parts, group) -> np.ndarray:
             redo = np.flatnonzero((clamped != n_left) & (clamped != hi_n))
             if redo.size:  # a minimum part size moved the cut: select by count
                 rk, rg, _, _, _ = _select([active[s] for s in redo], [members[s] for s in redo], vkey, gid, None,
-                                          clamped[redo].astype(np.float64), gid_bits, n, group)
+                                          clamped[redo].astype(np.float64), gid_bits, group)
                 x_key[redo], x_gid[redo], inclusive[redo] = rk, rg, True
         for s, (f, k) in enumerate(active):
             mk = members[s]

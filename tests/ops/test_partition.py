@@ -33,34 +33,25 @@ def _bounds(n: int, world: int, rank: int):
     return int(cuts[rank]), int(cuts[rank + 1])
 
 
+def _cases(clouds):
+    rng = np.random.default_rng(1)
+    for name, pts in clouds.items():
+        int_w = rng.integers(0, 6, pts.shape[0]).astype(np.float64)  # integer-valued, zeros included
+        for method in METHODS:
+            for parts, w in (("world", None), (7, int_w)):
+                yield (name, method, parts), pts, w
+
+
 def _check_world(rank, world, data_dir):
-    import meshshard as ms
     from meshshard.ops.partition import partition_distributed
 
     clouds = _clouds(data_dir)
-    rng = np.random.default_rng(1)
-    checked = 0
-    for name, pts in clouds.items():
-        n = pts.shape[0]
-        int_w = rng.integers(0, 6, n).astype(np.float64)  # integer-valued, zeros included
-        lo, hi = _bounds(n, world, rank)
-        for method in METHODS:
-            for num_parts, w in ((world, None), (5, None), (7, int_w), (world, int_w)):
-                ref = ms.partition(pts, num_parts, method, weights=w, refine=False)
-                local = torch.from_numpy(pts[lo:hi]) if name == "float32" else pts[lo:hi]
-                got = partition_distributed(local, num_parts, method, weights=None if w is None else w[lo:hi])
-                case = (name, method, num_parts, w is None)
-                assert torch.equal(got.assignment, ref.assignment[lo:hi]), case
-                assert got.sizes == ref.sizes and got.num_parts == num_parts and got.method == method, case
-                mine = [p for p in range(num_parts) if p * world // num_parts == rank]
-                ids = torch.cat([ref.part_nodes(p) for p in mine]) if mine else torch.zeros(0, dtype=torch.long)
-                assert torch.equal(got.global_ids, ids), case
-                assert torch.equal(got.parts, ref.assignment[ids]), case
-                assert got.points.dtype == torch.from_numpy(pts).dtype, case
-                assert torch.equal(got.points, torch.from_numpy(pts)[ids]), case
-                if w is not None:
-                    assert torch.equal(got.weights, torch.from_numpy(w)[ids]), case
-                checked += 1
+    out = {}
+    for case, pts, w in _cases(clouds):
+        num_parts = world if case[2] == "world" else case[2]
+        lo, hi = _bounds(pts.shape[0], world, rank)
+        local = torch.from_numpy(pts[lo:hi]) if case[0] == "float32" else pts[lo:hi]
+        out[case] = partition_distributed(local, num_parts, case[1], weights=None if w is None else w[lo:hi])
     # default num_parts is the world size; bad input raises on every rank, naming the rank
     part = partition_distributed(clouds["grid"][rank::world])
     assert part.num_parts == world and part.method == "hilbert"
@@ -80,13 +71,31 @@ def _check_world(rank, world, data_dir):
             partition_distributed(clouds["cloud3d"][:5, : 2 + (rank == 0)])
     with pytest.raises(ValueError, match="weights sum to zero"):
         partition_distributed(clouds["grid"][:5], weights=np.zeros(5))
-    return checked
+    return out
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_partition_distributed_equals_single_process(world, data_dir):
+    import meshshard as ms
+
     results = run_distributed(_check_world, world, args=(str(data_dir),), timeout=TIMEOUT)
-    assert results == [4 * 3 * 4] * world
+    for case, pts, w in _cases(_clouds(str(data_dir))):
+        name, method, num_parts = case
+        num_parts = world if num_parts == "world" else num_parts
+        ref = ms.partition(pts, num_parts, method, weights=w, refine=False)
+        for rank in range(world):
+            got = results[rank][case]
+            lo, hi = _bounds(pts.shape[0], world, rank)
+            at = (case, rank)
+            assert torch.equal(got.assignment, ref.assignment[lo:hi]), at
+            assert got.sizes == ref.sizes and got.num_parts == num_parts and got.method == method, at
+            mine = [p for p in range(num_parts) if p * world // num_parts == rank]
+            ids = torch.cat([ref.part_nodes(p) for p in mine]) if mine else torch.zeros(0, dtype=torch.long)
+            assert torch.equal(got.global_ids, ids), at
+            assert torch.equal(got.parts, ref.assignment[ids]), at
+            assert torch.equal(got.points, torch.from_numpy(pts)[ids]), at  # dtype kept (float32 too)
+            if w is not None:
+                assert torch.equal(got.weights, torch.from_numpy(w)[ids]), at
 
 
 def test_partition_distributed_without_process_group():
