@@ -144,17 +144,15 @@ def _lex_count_below(keys: np.ndarray, ids: np.ndarray, key: int, gid: int) -> i
     return a + int(np.searchsorted(ids[a:b], gid, side="left"))
 
 
-def _curve_assignment(pts, w, gid, offsets, num_parts, method, world, group) -> np.ndarray:
+def _curve_assignment(pts, w, total, gid, offsets, num_parts, method, world, group) -> np.ndarray:
     n = int(offsets[-1])
     rank = msd.get_rank(group)
     dim = pts.shape[1]
     lo = np.array([pts[:, j].min() if pts.shape[0] else np.inf for j in range(dim)], dtype=np.float64)
     hi = np.array([pts[:, j].max() if pts.shape[0] else -np.inf for j in range(dim)], dtype=np.float64)
-    lo_t, hi_t = torch.from_numpy(lo), torch.from_numpy(hi)
-    msd.all_reduce(lo_t, op=msd.ReduceOp.MIN, group=group)
-    msd.all_reduce(hi_t, op=msd.ReduceOp.MAX, group=group)
+    box = msd.all_reduce(torch.from_numpy(np.concatenate([-lo, hi])), op=msd.ReduceOp.MAX, group=group).numpy()
     keys_fn = morton_keys if method == "morton" else hilbert_keys
-    keys = keys_fn(pts, bounds=(lo_t.numpy(), hi_t.numpy()))
+    keys = keys_fn(pts, bounds=(-box[:dim], box[dim:]))
 
     # sample sort by (key, global id)
     order = np.lexsort((gid, keys))
@@ -185,7 +183,6 @@ def _curve_assignment(pts, w, gid, offsets, num_parts, method, world, group) -> 
     for r in range(rank):
         offset += float(stats[r, 1])
     prefix = offset + local_cum  # cum[start + i + 1] of the single-process order
-    total = float(n) if w is None else _global_sum(w, group)
     targets = (np.arange(1, num_parts) / num_parts) * total
 
     # searchsorted(cum, t, "left") over cum = [0, prefix of every item]: entries below t
@@ -193,15 +190,13 @@ def _curve_assignment(pts, w, gid, offsets, num_parts, method, world, group) -> 
     msd.all_reduce(below_here, group=group)
     k = np.clip(below_here.numpy() + (targets > 0), 0, n)
 
-    def cum_at(idx: np.ndarray) -> np.ndarray:  # cum[idx]: the prefix of item idx - 1 (0 for idx 0)
-        pos = idx - 1 - start
-        mine = (pos >= 0) & (pos < block)
-        vals = torch.from_numpy(np.where(mine, prefix[np.clip(pos, 0, max(block - 1, 0))] if block else 0.0, 0.0))
-        return msd.all_reduce(vals, group=group).numpy()
-
-    cum_k = cum_at(k)
+    # cum[k] and cum[k - 1]: the prefix of item k - 1 (0 for k = 0), from the rank that holds it;
+    # the others add exact zeros
     below = np.maximum(k - 1, 0)
-    cum_below = cum_at(below)
+    pos = np.stack([k, below]) - 1 - start
+    mine = (pos >= 0) & (pos < block)
+    vals = np.where(mine, prefix[np.clip(pos, 0, max(block - 1, 0))] if block else 0.0, 0.0)
+    cum_k, cum_below = msd.all_reduce(torch.from_numpy(vals), group=group).numpy()
     take_below = (k > 0) & ((targets - cum_below) <= (cum_k - targets))
     pos = np.where(take_below, below, k)
     pos = _enforce_min_sizes(pos, np.ones(num_parts, dtype=np.int64), n)
@@ -221,13 +216,13 @@ def _global_sum(w: np.ndarray, group) -> float:
 
 # ---- k-d tree: level-synchronous bisection with a distributed radix selection ---------------------
 
-def _select(segs, members, vkey, gid, w, targets, gid_bits, group):
+def _select(members, vkey, gid, w, targets, gid_bits, group):
     """For each segment, the first item ``x`` in ``(vkey, gid)`` order whose prefix weight
     (count when ``w`` is None) reaches the target, found digit by digit from all-reduced histograms.
 
     Returns per segment ``(vkey_x, gid_x, count before x, weight before x, weight of x)``.
     """
-    num = len(segs)
+    num = len(members)
     # 16-bit digits: 4 rounds for the coordinate, 1-3 for the id; collectives cost more than
     # the histograms' length (narrower digits only when many segments would make them large)
     bits = 16 if num * (1 << 16) <= (1 << 22) else 8
@@ -313,12 +308,12 @@ def _kdtree_assignment(pts, w, gid, n, num_parts, group) -> np.ndarray:
         if w is None:
             n_left = np.array([int(round(int(m_all[s]) * int(k_left[s]) / active[s][1])) for s in range(num)])
             n_left = np.minimum(np.maximum(n_left, k_left), m_all - k_right)
-            x_key, x_gid, _, _, _ = _select(active, members, vkey, gid, None, n_left.astype(np.float64), gid_bits,
+            x_key, x_gid, _, _, _ = _select(members, vkey, gid, None, n_left.astype(np.float64), gid_bits,
                                             group)
             inclusive = np.ones(num, dtype=bool)
         else:
             targets = np.array([totals[s] * int(k_left[s]) / active[s][1] for s in range(num)])
-            x_key, x_gid, c_before, w_lo, w_x = _select(active, members, vkey, gid, w, targets, gid_bits, group)
+            x_key, x_gid, c_before, w_lo, w_x = _select(members, vkey, gid, w, targets, gid_bits, group)
             hi_n = c_before + 1
             w_hi = w_lo + w_x
             n_left = np.where(targets - w_lo <= w_hi - targets, c_before, hi_n)
@@ -326,7 +321,7 @@ def _kdtree_assignment(pts, w, gid, n, num_parts, group) -> np.ndarray:
             inclusive = clamped == hi_n  # else: n_left == c_before, the items before x
             redo = np.flatnonzero((clamped != n_left) & (clamped != hi_n))
             if redo.size:  # a minimum part size moved the cut: select by count
-                rk, rg, _, _, _ = _select([active[s] for s in redo], [members[s] for s in redo], vkey, gid, None,
+                rk, rg, _, _, _ = _select([members[s] for s in redo], vkey, gid, None,
                                           clamped[redo].astype(np.float64), gid_bits, group)
                 x_key[redo], x_gid[redo], inclusive[redo] = rk, rg, True
         for s, (f, k) in enumerate(active):
@@ -397,7 +392,8 @@ def partition_distributed(
     np.cumsum(info[:, 0], out=offsets[1:])
     n = int(offsets[-1])
     num_parts = check_num_parts(world if num_parts is None else num_parts, n)
-    if w is not None and not _global_sum(w, group) > 0:
+    total = float(n) if w is None else _global_sum(w, group)
+    if not total > 0:
         raise ValueError("partition_distributed: weights sum to zero over all ranks: nothing to balance")
     gid = offsets[rank] + np.arange(pts.shape[0], dtype=np.int64)
     if num_parts == 1:
@@ -405,5 +401,5 @@ def partition_distributed(
     elif method == "kdtree":
         assign = _kdtree_assignment(pts, w, gid, n, num_parts, group)
     else:
-        assign = _curve_assignment(pts, w, gid, offsets, num_parts, method, world, group)
+        assign = _curve_assignment(pts, w, total, gid, offsets, num_parts, method, world, group)
     return _deliver(pts, w, gid, assign, num_parts, world, group, method)
