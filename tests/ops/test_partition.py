@@ -102,9 +102,16 @@ def test_partition_distributed_without_process_group():
     from meshshard.ops.partition import partition_distributed
     import meshshard as ms
 
-    pts = np.random.default_rng(2).random((300, 3))
+    rng = np.random.default_rng(2)
+    pts = rng.random((300, 3))
     for method in METHODS:
         got = partition_distributed(pts, 4, method)
         ref = ms.partition(pts, 4, method, refine=False)
         assert torch.equal(got.assignment, ref.assignment)
         assert torch.equal(got.global_ids, ref.perm) and torch.equal(got.points, torch.from_numpy(pts)[ref.perm])
+    # above 2**14 points the single-process curve cut sorts only the buckets holding a cut
+    big = rng.random((20000, 3)) ** 3
+    w = rng.integers(0, 9, big.shape[0]).astype(np.float64)
+    for method in METHODS:
+        ref = ms.partition(big, 9, method, weights=w, refine=False)
+        assert torch.equal(partition_distributed(big, 9, method, weights=w).assignment, ref.assignment), method
