@@ -216,40 +216,45 @@ def _global_sum(w: np.ndarray, group) -> float:
 
 # ---- k-d tree: level-synchronous bisection with a distributed radix selection ---------------------
 
-def _select(members, vkey, gid, w, targets, gid_bits, group):
-    """For each segment, the first item ``x`` in ``(vkey, gid)`` order whose prefix weight
-    (count when ``w`` is None) reaches the target, found digit by digit from all-reduced histograms.
+def _select(keys, ids, wts, targets, gid_bits, group):
+    """For each segment, the first item ``x`` in ``(key, id)`` order whose prefix weight (count
+    when ``wts`` is None) reaches the target, found digit by digit from all-reduced histograms.
 
-    Returns per segment ``(vkey_x, gid_x, count before x, weight before x, weight of x)``.
+    Args:
+        keys, ids: per segment, this rank's members' uint64 coordinate keys and int64 global ids.
+        wts: per segment, their float64 weights, or None.
+        targets: float64 ``[S]``.
+
+    Returns per segment ``(key_x, id_x, count before x, weight before x, weight of x)``.
     """
-    num = len(members)
+    num = len(keys)
     # 16-bit digits: 4 rounds for the coordinate, 1-3 for the id; collectives cost more than
     # the histograms' length (narrower digits only when many segments would make them large)
     bits = 16 if num * (1 << 16) <= (1 << 22) else 8
     buckets = 1 << bits
-    cand = [members[s].copy() for s in range(num)]
+    cand = [np.arange(k.shape[0]) for k in keys]  # candidates shrink every round
     c_before = np.zeros(num, dtype=np.int64)
     w_before = np.zeros(num)
     w_x = np.zeros(num)
     x_key = np.zeros(num, dtype=np.uint64)
     x_gid = np.zeros(num, dtype=np.int64)
-    gid_u = gid.view(np.uint64)
-    digit_plan = [(vkey, 64 - bits * (i + 1), 0) for i in range(64 // bits)]
     gid_width = -(-max(gid_bits, 1) // bits) * bits
-    digit_plan += [(gid_u, gid_width - bits * (i + 1), 1) for i in range(gid_width // bits)]
-    for source, shift, which in digit_plan:
+    plan = [(0, 64 - bits * (i + 1)) for i in range(64 // bits)]
+    plan += [(1, gid_width - bits * (i + 1)) for i in range(gid_width // bits)]
+    for which, shift in plan:
         # counts and weights in one all-reduce (counts are exact in float64)
-        hist = np.zeros((2 if w is not None else 1, num, buckets))
+        hist = np.zeros((2 if wts is not None else 1, num, buckets))
         digits = []
         for s in range(num):
+            source = keys[s] if which == 0 else ids[s].view(np.uint64)
             d = ((source[cand[s]] >> np.uint64(shift)) & np.uint64(buckets - 1)).astype(np.int64)
             digits.append(d)
             hist[0, s] = np.bincount(d, minlength=buckets)
-            if w is not None:
-                hist[1, s] = np.bincount(d, weights=w[cand[s]], minlength=buckets)
+            if wts is not None:
+                hist[1, s] = np.bincount(d, weights=wts[s][cand[s]], minlength=buckets)
         hist = msd.all_reduce(torch.from_numpy(hist), group=group).numpy()
         hist_c = hist[0].astype(np.int64)
-        hist_w = hist[1] if w is not None else hist[0]
+        hist_w = hist[1] if wts is not None else hist[0]
         for s in range(num):
             cum = w_before[s] + np.cumsum(hist_w[s])
             ok = np.flatnonzero((hist_c[s] > 0) & (cum >= targets[s]))
@@ -257,8 +262,7 @@ def _select(members, vkey, gid, w, targets, gid_bits, group):
             w_before[s] += float(hist_w[s][:b].sum())
             c_before[s] += int(hist_c[s][:b].sum())
             w_x[s] = hist_w[s][b]
-            keep = np.flatnonzero(cand[s])[digits[s] != b]
-            cand[s][keep] = False
+            cand[s] = cand[s][digits[s] == b]
             if which == 0:
                 x_key[s] |= np.uint64(b) << np.uint64(shift)
             else:
@@ -268,70 +272,71 @@ def _select(members, vkey, gid, w, targets, gid_bits, group):
 
 def _kdtree_assignment(pts, w, gid, n, num_parts, group) -> np.ndarray:
     dim = pts.shape[1]
+    ftype = pts.dtype.type
     first = np.zeros(pts.shape[0], dtype=np.int64)
     count = np.full(pts.shape[0], num_parts, dtype=np.int64)
     segs = [(0, num_parts)]
     gid_bits = max(int(n - 1).bit_length(), 1)
     while any(k > 1 for _, k in segs):
         active = [(f, k) for f, k in segs if k > 1]
-        members = [(first == f) & (count > 1) for f, _ in active]
         num = len(active)
-        sizes = np.array([int(mk.sum()) for mk in members], dtype=np.int64)
+        # this rank's members of each active segment (segments are disjoint; first ids unique)
+        slot = np.full(num_parts, -1, dtype=np.int64)
+        slot[[f for f, _ in active]] = np.arange(num)
+        seg = np.where(count > 1, slot[first], -1)
+        order = np.argsort(seg, kind="stable")
+        bounds_at = np.searchsorted(seg[order], np.arange(num + 1), side="left")
+        members = [order[bounds_at[s]:bounds_at[s + 1]] for s in range(num)]  # increasing local index
         lo = np.full((num, dim), np.inf)
         hi = np.full((num, dim), -np.inf)
-        for s, mk in enumerate(members):
-            if sizes[s]:
-                sub = pts[mk]
+        sums = np.zeros((num, 2))
+        for s, idx in enumerate(members):
+            sums[s, 0] = idx.shape[0]
+            if idx.shape[0]:
+                sub = pts[idx]
                 lo[s] = [sub[:, j].min() for j in range(dim)]
                 hi[s] = [sub[:, j].max() for j in range(dim)]
-        sums = np.zeros((num, 2))
-        sums[:, 0] = sizes
-        if w is not None:
-            sums[:, 1] = [float(w[mk].sum()) for mk in members]
+                if w is not None:
+                    sums[s, 1] = float(w[idx].sum())
         sums = msd.all_reduce(torch.from_numpy(sums), group=group).numpy()
-        bounds = msd.all_reduce(torch.from_numpy(np.concatenate([-lo, hi], axis=1)), op=msd.ReduceOp.MAX,
-                                group=group).numpy()
+        box = msd.all_reduce(torch.from_numpy(np.concatenate([-lo, hi], axis=1)), op=msd.ReduceOp.MAX,
+                             group=group).numpy()
         m_all, totals = sums[:, 0].astype(np.int64), sums[:, 1]
-        lo, hi = -bounds[:, :dim], bounds[:, dim:]
-        ftype = pts.dtype.type
-        axes = []
-        for s in range(num):
+        keys, ids, wts = [], [], None if w is None else []
+        for s, idx in enumerate(members):
             # the single-process extent expression, in the points' dtype
-            ext = [float(ftype(hi[s, j]) * 0.5 - ftype(lo[s, j]) * 0.5) for j in range(dim)]
-            axes.append(int(np.argmax(ext)))
-        vkey_all = [_ordered_bits(pts[:, a]) for a in range(dim)]
-        vkey = np.zeros(pts.shape[0], dtype=np.uint64)
-        for s, mk in enumerate(members):
-            vkey[mk] = vkey_all[axes[s]][mk]
+            ext = [float(ftype(box[s, dim + j]) * 0.5 - ftype(-box[s, j]) * 0.5) for j in range(dim)]
+            keys.append(_ordered_bits(pts[idx, int(np.argmax(ext))]))
+            ids.append(gid[idx])
+            if w is not None:
+                wts.append(w[idx])
         k_left = np.array([k // 2 for _, k in active])
         k_right = np.array([k - k // 2 for _, k in active])
         if w is None:
             n_left = np.array([int(round(int(m_all[s]) * int(k_left[s]) / active[s][1])) for s in range(num)])
             n_left = np.minimum(np.maximum(n_left, k_left), m_all - k_right)
-            x_key, x_gid, _, _, _ = _select(members, vkey, gid, None, n_left.astype(np.float64), gid_bits,
-                                            group)
+            x_key, x_gid, _, _, _ = _select(keys, ids, None, n_left.astype(np.float64), gid_bits, group)
             inclusive = np.ones(num, dtype=bool)
         else:
             targets = np.array([totals[s] * int(k_left[s]) / active[s][1] for s in range(num)])
-            x_key, x_gid, c_before, w_lo, w_x = _select(members, vkey, gid, w, targets, gid_bits, group)
+            x_key, x_gid, c_before, w_lo, w_x = _select(keys, ids, wts, targets, gid_bits, group)
             hi_n = c_before + 1
             w_hi = w_lo + w_x
-            n_left = np.where(targets - w_lo <= w_hi - targets, c_before, hi_n)
+            n_left = np.where(targets - w_lo <= w_hi - targets, c_before, hi_n)  # nearest; ties: shorter
             clamped = np.minimum(np.maximum(n_left, k_left), m_all - k_right)
             inclusive = clamped == hi_n  # else: n_left == c_before, the items before x
             redo = np.flatnonzero((clamped != n_left) & (clamped != hi_n))
             if redo.size:  # a minimum part size moved the cut: select by count
-                rk, rg, _, _, _ = _select([members[s] for s in redo], vkey, gid, None,
+                rk, rg, _, _, _ = _select([keys[s] for s in redo], [ids[s] for s in redo], None,
                                           clamped[redo].astype(np.float64), gid_bits, group)
                 x_key[redo], x_gid[redo], inclusive[redo] = rk, rg, True
         for s, (f, k) in enumerate(active):
-            mk = members[s]
-            before = (vkey < x_key[s]) | ((vkey == x_key[s]) & ((gid <= x_gid[s]) if inclusive[s] else (gid < x_gid[s])))
-            right = mk & ~before
-            left = mk & before
-            count[left] = k_left[s]
-            first[right] = f + k_left[s]
-            count[right] = k_right[s]
+            key, ident, idx = keys[s], ids[s], members[s]
+            tie = (ident <= x_gid[s]) if inclusive[s] else (ident < x_gid[s])
+            left = (key < x_key[s]) | ((key == x_key[s]) & tie)
+            count[idx[left]] = k_left[s]
+            first[idx[~left]] = f + k_left[s]
+            count[idx[~left]] = k_right[s]
         segs = [c for f, k in segs for c in (((f, k // 2), (f + k // 2, k - k // 2)) if k > 1 else ((f, k),))]
     return first
 
