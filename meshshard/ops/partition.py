@@ -74,6 +74,8 @@ class DistributedPartition:
 
 
 def _local_input(points_local, weights):
+    """This rank's points and weights checked as ``partition`` checks them, except that a slice
+    may weigh nothing (only the global sum must be positive)."""
     pts = as_points(points_local)
     w = None
     if weights is not None:

@@ -241,6 +241,8 @@ def test_engine_weights_tiny_and_trivial(engine):
     assert min(partition(None, 3, "graph", edge_index=two_triangles, num_nodes=10, engine=engine).sizes) > 0
     assert partition(None, 1, "graph", edge_index=two_triangles, num_nodes=10, engine=engine).sizes == [10]
     assert partition(None, 10, "graph", edge_index=two_triangles, num_nodes=10, engine=engine).sizes == [1] * 10
+    for e in (np.zeros((2, 0), dtype=np.int64), np.array([[0, 1, 2], [0, 1, 2]])):  # no edges; self loops only
+        assert sorted(partition(None, 3, "graph", edge_index=e, num_nodes=7, engine=engine).sizes) == [2, 2, 3]
 
 
 @pytest.mark.parametrize("engine", ["kaminpar", "mtkahypar"])
