@@ -12,6 +12,13 @@ Every figure is a ratio against a baseline measured in the same run:
    before the call (Linux VmHWM after resetting it through /proc/self/clear_refs; everything,
    torch included) and, in a second call, as the tracemalloc peak (numpy allocations).
 
+4. engines: edge cut, imbalance and time of the graph engines (KaMinPar, Mt-KaHyPar) and of
+   recursive inertial bisection (plain and refined; kdtree plain beside it) on the real meshes,
+   as ratios to METIS's figures in the same run;
+5. distributed: time of ``ms.partition_distributed`` on 2 and 4 local ranks (each holding ``N / W``
+   points) divided by the single-process ``partition(..., refine=False)`` time, and whether the
+   assignments are equal.
+
 A last table checks issue 2's targets against the figures above: morton and hilbert <= 2x and
 kdtree <= 3x the argsort time at the largest N (stated for 1e7); imbalance (max part weight /
 mean, itself a ratio) <= 1.01 for the geometric methods; refined edge cut <= 1.3x METIS's for
@@ -20,7 +27,7 @@ kdtree and hilbert on every mesh; hilbert's total cut below morton's.
 Usage::
 
     python benchmarks/bench_partition.py            # full: 1e5, 1e6, 1e7 points, ~1M-triangle mesh
-    python benchmarks/bench_partition.py --only quality   # one section (speed, quality, memory)
+    python benchmarks/bench_partition.py --only quality   # one section (speed, quality, memory, engines, distributed)
     python benchmarks/bench_partition.py --quick    # 1e5 / 1e6 points, small gmsh mesh, 3e5-point memory run
 """
 from __future__ import annotations
@@ -236,13 +243,82 @@ def bench_memory(n: int):
         print(f"| {m} | {r['rss_delta'] / r['bytes']:.2f} ({r['how']}) | {r['tracemalloc_peak'] / r['bytes']:.2f} |")
 
 
+ENGINES = ["kaminpar", "mtkahypar"]
+
+
+def bench_engines(num_parts: int, meshes):
+    import meshshard as ms
+
+    print(f"\n## 4. graph engines and inertial bisection at {num_parts} parts: cut, imbalance, time / METIS's\n")
+    print("| mesh | N | METIS cut, imb, time [s] | method | cut / METIS | imbalance / METIS | time / METIS time |")
+    print("|---|---|---|---|---|---|---|")
+    ring = np.stack([np.arange(50), (np.arange(50) + 1) % 50])
+    for e in ENGINES:  # imports and Mt-KaHyPar's thread pool stay out of the timings
+        partition(None, 2, "graph", edge_index=ring, num_nodes=50, engine=e)
+    partition(np.random.default_rng(0).random((50, 2)), 2, "inertial")
+    for name in meshes:
+        m = ms.read_mesh(DATA / name)
+        pts, ei = np.asarray(m.points, dtype=np.float64), m.edge_index()
+        g, tm = _timed(lambda: partition(pts, num_parts, "graph", edge_index=ei), 3)
+        qg = partition_quality(g, ei)
+        rows = [(f"graph engine={e}", lambda e=e: partition(pts, num_parts, "graph", edge_index=ei, engine=e))
+                for e in ENGINES]
+        rows += [("inertial plain", lambda: partition(pts, num_parts, "inertial")),
+                 ("inertial refined", lambda: partition(pts, num_parts, "inertial", edge_index=ei)),
+                 ("kdtree plain", lambda: partition(pts, num_parts, "kdtree"))]
+        first = True
+        for label, fn in rows:
+            p, t = _timed(fn)
+            q = partition_quality(p, ei)
+            head = f"| {name} | {pts.shape[0]} | {qg['edge_cut']}, {qg['imbalance']:.4f}, {tm:.3f} " if first else "| | | "
+            first = False
+            print(f"{head}| {label} | {q['edge_cut'] / qg['edge_cut']:.3f} | {q['imbalance'] / qg['imbalance']:.4f} "
+                  f"| {t / max(tm, 1e-9):.2f} |")
+
+
+def _distributed_rank(rank, world, n, methods):
+    import meshshard as ms
+    from meshshard import distributed as msd
+
+    pts = make_points(n, "clustered")
+    lo, hi = rank * n // world, (rank + 1) * n // world
+    out = {}
+    for method in methods:
+        ms.partition_distributed(pts[lo:hi][:2000], world, method)  # warm up
+        msd.barrier()
+        t0 = time.perf_counter()
+        part = ms.partition_distributed(pts[lo:hi], world, method)
+        msd.barrier()
+        out[method] = (time.perf_counter() - t0, part.assignment)
+    return out
+
+
+def bench_distributed(n: int, worlds, methods=("hilbert", "kdtree")):
+    import torch
+    from meshshard.testing import run_distributed
+
+    print(f"\n## 5. partition_distributed of {n:.0e} clustered 3D points over W local ranks (N / W each), "
+          "time / single-process partition(refine=False) time\n")
+    print("| method | W | distributed [s] | single process [s] | ratio | equal assignment |")
+    print("|---|---|---|---|---|---|")
+    pts = make_points(n, "clustered")
+    for world in worlds:
+        results = run_distributed(_distributed_rank, world, args=(n, list(methods)), timeout=600)
+        for method in methods:
+            ref, ts = _timed(lambda: partition(pts, world, method, refine=False), 2)
+            td = max(r[method][0] for r in results)
+            got = torch.cat([r[method][1] for r in results])
+            print(f"| {method} | {world} | {td:.3f} | {ts:.3f} | {td / ts:.2f} | "
+                  f"{'yes' if torch.equal(got, ref.assignment) else 'NO'} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1e5 / 1e6 points and a small gmsh mesh (< 1 min)")
     ap.add_argument("--parts", type=int, default=8, help="parts for the speed and memory runs (default 8)")
     ap.add_argument("--quality-parts", type=int, default=7, help="parts for the quality table (default 7)")
-    ap.add_argument("--only", default="speed,quality,memory",
-                    help="comma-separated sections to run (default: speed,quality,memory)")
+    ap.add_argument("--only", default="speed,quality,memory,engines,distributed",
+                    help="comma-separated sections to run (default: speed,quality,memory,engines,distributed)")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     sizes = [100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
@@ -268,6 +344,10 @@ def main(argv=None) -> int:
                            totals["hilbert"][i] / totals["morton"][i], "<", 1.0))
     if "memory" in only:
         bench_memory(300_000 if args.quick else 10_000_000)
+    if "engines" in only:
+        bench_engines(args.quality_parts, ["naca0012_inviscid.su2"] if args.quick else MESHES)
+    if "distributed" in only:
+        bench_distributed(100_000 if args.quick else 2_000_000, [2, 4])
     if checks:
         note = " (quick run: the speed targets are stated for N = 1e7)" if args.quick else ""
         print(f"\n## targets of issue 2{note}\n")

@@ -1,7 +1,8 @@
 """Optional dependencies: probe without importing, import with a clear message when missing.
 
 meshshard's core needs only its declared dependencies; a few features use extras (gmsh to
-generate meshes, h5py for HDF5-backed XDMF files read through meshio).
+generate meshes, h5py for HDF5-backed XDMF files read through meshio, KaMinPar and Mt-KaHyPar as
+graph partitioning engines).
 """
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ __all__ = ["has_module", "require", "require_gmsh", "OPTIONAL_DEPENDENCIES"]
 OPTIONAL_DEPENDENCIES = {
     "gmsh": ("gmsh>=4.11", "generating meshes (pip install 'meshshard[gmsh]')"),
     "h5py": ("h5py", "reading HDF5-backed .xdmf / .h5m files through meshio"),
+    "kaminpar": ("meshshard[kaminpar]", "partition(..., method='graph', engine='kaminpar')"),
+    "mtkahypar": ("meshshard[mtkahypar]", "partition(..., method='graph', engine='mtkahypar')"),
 }
 
 

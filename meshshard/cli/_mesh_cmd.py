@@ -8,9 +8,11 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
+from meshshard.partitioners.partitioners import PARTITIONERS
+
 __all__ = ["METHODS", "load_mesh_and_graph", "run_partition", "format_table", "format_quality", "progress"]
 
-METHODS = ("kdtree", "morton", "hilbert", "graph")
+METHODS = tuple(PARTITIONERS)
 
 
 def progress(total: int, desc: str, enabled: bool = True):

@@ -67,8 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "'points', .npy)")
     parser.add_argument("-k", "--num-parts", type=int, required=True, metavar="N", help="number of shards")
     parser.add_argument("-m", "--method", choices=METHODS, default="kdtree",
-                        help="partitioner: k-d tree (recursive bisection), Morton or Hilbert curve, or graph "
-                             "(METIS) (default: kdtree)")
+                        help="partitioner: k-d tree (recursive coordinate bisection), inertial (recursive "
+                             "inertial bisection), Morton or Hilbert curve, or graph (METIS) (default: kdtree)")
     parser.add_argument("-o", "--out", required=True, metavar="OUT", help="output folder for meta.json, "
                         "partition.pt and part_XXXX.pt")
     parser.add_argument("--halo-hops", type=int, default=1, metavar="H", help="ghost-node rings stored per part "

@@ -1,4 +1,5 @@
-"""Layer 3: differentiable collectives, halo exchange, sharded kNN, sharded message passing.
+"""Layer 3: differentiable collectives, halo exchange, sharded kNN, sharded message passing, and
+partitioning of point sets spread over ranks.
 
 The variable-size collectives keep PhysicsNeMo's ``physicsnemo.distributed`` signatures, so code
 written against it ports by changing the import. They are implemented in layer 0
@@ -20,6 +21,8 @@ _EXPORTS = {
     "edge_vectors": "meshshard.ops.knn",
     "ShardedConv": "meshshard.ops.conv",
     "MeshGraphNetBlock": "meshshard.ops.conv",
+    "partition_distributed": "meshshard.ops.partition",
+    "DistributedPartition": "meshshard.ops.partition",
 }
 
 __all__ = sorted(_EXPORTS)

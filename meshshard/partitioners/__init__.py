@@ -1,14 +1,15 @@
 """Partitioners (layer 1): pure single-process code, never torch.distributed.
 
 ``partition(points, num_parts, method=...)`` splits a mesh or point cloud with recursive
-coordinate bisection (``"kdtree"``), Morton or Hilbert space-filling curves, or METIS
-(``"graph"``); geometric partitions are refined along their boundary when an ``edge_index`` is
+coordinate bisection (``"kdtree"``), recursive inertial bisection (``"inertial"``), Morton or
+Hilbert space-filling curves, or a graph engine (``"graph"``: METIS, KaMinPar, Mt-KaHyPar); geometric partitions are refined along their boundary when an ``edge_index`` is
 given. ``partition_quality`` reports edge cut, balance and halo sizes.
 """
 from meshshard.partitioners.partition import Partition
 from meshshard.partitioners.partitioners import (
     GraphPartitioner,
     HilbertPartitioner,
+    InertialPartitioner,
     KDTreePartitioner,
     MortonPartitioner,
     partition,
@@ -20,6 +21,7 @@ __all__ = [
     "partition",
     "partition_quality",
     "KDTreePartitioner",
+    "InertialPartitioner",
     "MortonPartitioner",
     "HilbertPartitioner",
     "GraphPartitioner",

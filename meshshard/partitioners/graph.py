@@ -1,11 +1,17 @@
-"""METIS k-way graph partitioning through pymetis, fed only well-formed symmetric graphs."""
+"""k-way graph partitioning engines (METIS through pymetis, KaMinPar, Mt-KaHyPar), fed only
+well-formed symmetric graphs."""
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Optional
 
 import numpy as np
 
-__all__ = ["metis_assignment", "fill_empty_parts"]
+from meshshard._optional import require
+
+__all__ = ["GRAPH_ENGINES", "graph_assignment", "metis_assignment", "kaminpar_assignment",
+           "mtkahypar_assignment", "fill_empty_parts"]
 
 # METIS wants positive integer weights; real weights (and integer weights with zeros) are scaled so
 # the largest maps to this, which keeps ratios to ~1e-5 while sums stay far from idx_t overflow
@@ -87,6 +93,29 @@ def fill_empty_parts(assign: np.ndarray, num_parts: int, indptr: Optional[np.nda
     return assign
 
 
+def _engine_input(indptr, indices, num_parts, node_weights, edge_weights, limit):
+    """Drop zero-weight entries (the engines reject them; the graph stays symmetric) and turn the
+    weights into the engines' positive integers: ``(indptr, indices, vw or None, ew or None)``."""
+    n = indptr.shape[0] - 1
+    if edge_weights is not None:
+        keep = edge_weights > 0
+        if not keep.all():
+            rows = np.repeat(np.arange(n), np.diff(indptr))[keep]
+            indices, edge_weights = indices[keep], edge_weights[keep]
+            indptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    vw = None if node_weights is None else _int_weights(_clip_heavy(node_weights, num_parts), "weights", limit)
+    ewi = None if edge_weights is None else _int_weights(edge_weights, "edge_weights", limit)
+    return indptr, indices, vw, ewi
+
+
+def _checked(assign, n: int, num_parts: int, engine: str) -> np.ndarray:
+    assign = np.asarray(assign, dtype=np.int64)
+    if assign.shape != (n,) or (n and (assign.min() < 0 or assign.max() >= num_parts)):
+        raise RuntimeError(f"{engine} returned an invalid partition (shape {assign.shape})")
+    return fill_empty_parts(assign, num_parts)
+
+
 def metis_assignment(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -117,16 +146,8 @@ def metis_assignment(
         return np.zeros(n, dtype=np.int64)
     if num_parts == n:  # one node per part: nothing for METIS to decide
         return np.arange(n, dtype=np.int64)
-    if edge_weights is not None:
-        keep = edge_weights > 0
-        if not keep.all():  # METIS rejects zero edge weights: drop those entries (stays symmetric)
-            rows = np.repeat(np.arange(n), np.diff(indptr))[keep]
-            indices, edge_weights = indices[keep], edge_weights[keep]
-            indptr = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-    limit = _weight_limit()
-    vw = None if node_weights is None else _int_weights(_clip_heavy(node_weights, num_parts), "weights", limit)
-    ewi = None if edge_weights is None else _int_weights(edge_weights, "edge_weights", limit)
+    indptr, indices, vw, ewi = _engine_input(indptr, indices, num_parts, node_weights, edge_weights,
+                                             _weight_limit())
     ufactor = max(1, int(round((float(imbalance) - 1.0) * 1000)))
     opts = pymetis.Options(seed=int(seed), ufactor=ufactor)
     adj = pymetis.CSRAdjacency(indptr.astype(np.int64), indices.astype(np.int64))
@@ -136,7 +157,158 @@ def metis_assignment(
         eweights=ewi,
         options=opts,
     )
-    assign = np.asarray(result.vertex_part if hasattr(result, "vertex_part") else result[1], dtype=np.int64)
-    if assign.shape != (n,) or (n and (assign.min() < 0 or assign.max() >= num_parts)):
-        raise RuntimeError(f"pymetis returned an invalid partition (shape {assign.shape})")
-    return fill_empty_parts(assign, num_parts)
+    return _checked(result.vertex_part if hasattr(result, "vertex_part") else result[1], n, num_parts, "pymetis")
+
+
+# KaMinPar and Mt-KaHyPar keep weights in 32-bit integers in their default builds
+_INT32_LIMIT = 2**30
+
+
+def _write_metis_graph(path: str, indptr: np.ndarray, indices: np.ndarray, vw: np.ndarray, ew: np.ndarray) -> None:
+    """Write a graph in the METIS text format with node and edge weights (format code ``011``)."""
+    n = indptr.shape[0] - 1
+    deg = np.diff(indptr)
+    # one token row per node: its weight, then (neighbour + 1, edge weight) pairs
+    tokens = np.empty(n + 2 * indices.shape[0], dtype=np.int64)
+    line_start = np.arange(n) + 2 * indptr[:-1]
+    tokens[line_start] = vw
+    is_pair = np.ones(tokens.shape[0], dtype=bool)
+    is_pair[line_start] = False
+    pairs = np.empty((indices.shape[0], 2), dtype=np.int64)
+    pairs[:, 0] = indices + 1
+    pairs[:, 1] = ew
+    tokens[is_pair] = pairs.reshape(-1)
+    line_end = np.zeros(tokens.shape[0], dtype=bool)
+    line_end[line_start + 2 * deg] = True
+    seps = np.where(line_end, "\n", " ").tolist()
+    with open(path, "w") as f:
+        f.write(f"{n} {indices.shape[0] // 2} 011\n")
+        f.write("".join(t + s for t, s in zip(map(str, tokens.tolist()), seps)))
+
+
+def kaminpar_assignment(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    num_parts: int,
+    *,
+    node_weights: Optional[np.ndarray] = None,
+    edge_weights: Optional[np.ndarray] = None,
+    imbalance: float = 1.01,
+    seed: int = 0,
+) -> np.ndarray:
+    """k-way KaMinPar partition (``pip install 'meshshard[kaminpar]'``) of a symmetric CSR graph.
+
+    KaMinPar's Python API reads graphs only from files, so the graph goes through a temporary
+    METIS-format file. One thread and a fixed seed: the same input gives the same partition.
+
+    Args:
+        indptr, indices: symmetric CSR adjacency (no self loops, no repeated entries).
+        num_parts: ``1 <= P <= N``.
+        node_weights: float64 ``[N]`` non-negative, or None.
+        edge_weights: float64 per CSR entry, non-negative, or None.
+        imbalance: allowed max part weight / mean (KaMinPar ``eps = imbalance - 1``).
+        seed: KaMinPar random seed.
+
+    Returns:
+        int64 ``[N]`` part ids, every part non-empty.
+    """
+    kaminpar = require("kaminpar")
+    n = indptr.shape[0] - 1
+    if num_parts == 1:
+        return np.zeros(n, dtype=np.int64)
+    if num_parts == n:
+        return np.arange(n, dtype=np.int64)
+    indptr, indices, vw, ew = _engine_input(indptr, indices, num_parts, node_weights, edge_weights, _INT32_LIMIT)
+    vw = np.ones(n, dtype=np.int64) if vw is None else vw
+    ew = np.ones(indices.shape[0], dtype=np.int64) if ew is None else ew
+    with tempfile.TemporaryDirectory(prefix="meshshard-kaminpar-") as tmp:
+        path = os.path.join(tmp, "graph.metis")
+        _write_metis_graph(path, indptr, indices, vw, ew)
+        graph = kaminpar.load_graph(path, kaminpar.GraphFileFormat.METIS)
+    kaminpar.reseed(int(seed))
+    solver = kaminpar.KaMinPar(1, kaminpar.default_context())
+    assign = solver.compute_partition(graph, int(num_parts), float(imbalance) - 1.0)
+    return _checked(assign, n, num_parts, "KaMinPar")
+
+
+_MTKAHYPAR = {}  # the thread pool, initialised once per process as Mt-KaHyPar requires
+
+
+def _mtkahypar():
+    mt = require("mtkahypar")
+    if "init" not in _MTKAHYPAR:
+        _MTKAHYPAR["init"] = mt.initialize(1, False)
+    return mt, _MTKAHYPAR["init"]
+
+
+def mtkahypar_assignment(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    num_parts: int,
+    *,
+    node_weights: Optional[np.ndarray] = None,
+    edge_weights: Optional[np.ndarray] = None,
+    imbalance: float = 1.01,
+    seed: int = 0,
+) -> np.ndarray:
+    """k-way Mt-KaHyPar partition (``pip install 'meshshard[mtkahypar]'``) of a symmetric CSR graph.
+
+    Uses the ``DETERMINISTIC`` preset on a one-thread pool (initialised once per process) and
+    minimises the edge cut: the same input and seed give the same partition.
+
+    Args:
+        indptr, indices: symmetric CSR adjacency (no self loops, no repeated entries).
+        num_parts: ``1 <= P <= N``.
+        node_weights: float64 ``[N]`` non-negative, or None.
+        edge_weights: float64 per CSR entry, non-negative, or None.
+        imbalance: allowed max part weight / mean (Mt-KaHyPar ``epsilon = imbalance - 1``).
+        seed: Mt-KaHyPar random seed.
+
+    Returns:
+        int64 ``[N]`` part ids, every part non-empty.
+    """
+    mt, init = _mtkahypar()
+    n = indptr.shape[0] - 1
+    if num_parts == 1:
+        return np.zeros(n, dtype=np.int64)
+    if num_parts == n:
+        return np.arange(n, dtype=np.int64)
+    indptr, indices, vw, ew = _engine_input(indptr, indices, num_parts, node_weights, edge_weights, _INT32_LIMIT)
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    upper = rows < indices  # each undirected edge once
+    edges = np.stack([rows[upper], indices[upper]], axis=1)
+    vw = np.ones(n, dtype=np.int64) if vw is None else vw
+    ew = np.ones(edges.shape[0], dtype=np.int64) if ew is None else ew[upper]
+    ctx = init.context_from_preset(mt.PresetType.DETERMINISTIC)
+    ctx.set_partitioning_parameters(int(num_parts), float(imbalance) - 1.0, mt.Objective.CUT)
+    ctx.logging = False
+    mt.set_seed(int(seed))
+    graph = init.create_graph(ctx, n, edges.shape[0], edges, vw, ew)
+    return _checked(graph.partition(ctx).get_partition(), n, num_parts, "Mt-KaHyPar")
+
+
+#: engine name -> function ``(indptr, indices, num_parts, *, node_weights, edge_weights,
+#: imbalance, seed) -> int64 [N]`` of :class:`~meshshard.partitioners.GraphPartitioner`
+GRAPH_ENGINES = {
+    "metis": metis_assignment,
+    "kaminpar": kaminpar_assignment,
+    "mtkahypar": mtkahypar_assignment,
+}
+
+
+def graph_assignment(engine: str, indptr: np.ndarray, indices: np.ndarray, num_parts: int, **options) -> np.ndarray:
+    """k-way partition of a symmetric CSR graph with one of :data:`GRAPH_ENGINES`.
+
+    Args:
+        engine: ``"metis"``, ``"kaminpar"`` or ``"mtkahypar"``.
+        indptr, indices: symmetric CSR adjacency (``[N + 1]``, ``[2M]``).
+        num_parts: ``1 <= P <= N``.
+        **options: ``node_weights``, ``edge_weights``, ``imbalance``, ``seed`` as in
+            :func:`metis_assignment`.
+
+    Returns:
+        int64 ``[N]`` part ids, every part non-empty.
+    """
+    if engine not in GRAPH_ENGINES:
+        raise ValueError(f"unknown graph engine {engine!r}; valid engines: {sorted(GRAPH_ENGINES)}")
+    return GRAPH_ENGINES[engine](indptr, indices, num_parts, **options)

@@ -8,14 +8,28 @@ import numpy as np
 __all__ = ["rcb_assignment"]
 
 
+def _first_by_value_then_id(values: np.ndarray, ids: np.ndarray, count: int) -> np.ndarray:
+    """Mask of the ``count >= 1`` items first in ``(value, id)`` order, in linear time."""
+    pivot = np.partition(values, count - 1)[count - 1]
+    left = values < pivot
+    tied = np.flatnonzero(values == pivot)
+    need = count - int(left.sum())
+    if need < tied.size:
+        tied = tied[np.argpartition(ids[tied], need - 1)[:need]] if need else tied[:0]
+    left[tied] = True
+    return left
+
+
 def rcb_assignment(points: np.ndarray, num_parts: int, weights: Optional[np.ndarray] = None) -> np.ndarray:
     """Recursive coordinate bisection into any number of parts.
 
     A box holding ``k`` parts is cut along the axis of its points' largest extent into
     ``k // 2`` and ``k - k // 2`` parts at the position that splits the weight in the same ratio
     (7 parts: 3:4 by weight), so any ``num_parts`` comes out balanced, not only powers of two.
-    Unweighted cuts use ``np.argpartition`` (linear time, no full sort); weighted cuts sort the
-    box's coordinates along the cut axis once.
+    The order along the axis is by coordinate, ties by global id, so the result does not depend
+    on the order of the points (and a distributed run can reproduce it). Unweighted cuts use
+    ``np.partition`` (linear time, no full sort); weighted cuts sort the box's coordinates along
+    the cut axis once.
 
     Args:
         points: ``[N, d]`` float coordinates.
@@ -47,9 +61,10 @@ def rcb_assignment(points: np.ndarray, num_parts: int, weights: Optional[np.ndar
         if weights is None:
             n_left = int(round(m * k_left / k))
             n_left = min(max(n_left, k_left), m - k_right)  # every part keeps >= 1 node
-            order = np.argpartition(v, n_left)
+            left = _first_by_value_then_id(v, seg, n_left)
+            idx[start:end] = np.concatenate([seg[left], seg[~left]])
         else:
-            order = np.argsort(v, kind="stable")
+            order = np.lexsort((seg, v))  # by value, ties by global id
             cum = np.cumsum(weights.take(seg.take(order)))
             target = cum[-1] * k_left / k
             hi = int(np.searchsorted(cum, target, side="left")) + 1
@@ -58,8 +73,9 @@ def rcb_assignment(points: np.ndarray, num_parts: int, weights: Optional[np.ndar
             w_hi = cum[min(hi - 1, m - 1)]
             n_left = lo if target - w_lo <= w_hi - target else hi
             n_left = min(max(n_left, k_left), m - k_right)
-        idx[start:end] = seg.take(order)
-        del order, v
+            idx[start:end] = seg.take(order)
+            del order
+        del v
         stack.append((start + n_left, end, first + k_left, k_right))
         stack.append((start, start + n_left, first, k_left))
     return assign

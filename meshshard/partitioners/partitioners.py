@@ -1,4 +1,4 @@
-"""The four partitioner classes and the :func:`partition` front door."""
+"""The partitioner classes, their registry and the :func:`partition` front door."""
 from __future__ import annotations
 
 from typing import Dict, Optional, Type
@@ -16,7 +16,8 @@ from meshshard.partitioners._validate import (
     check_num_parts,
     to_numpy,
 )
-from meshshard.partitioners.graph import metis_assignment
+from meshshard.partitioners.graph import GRAPH_ENGINES, graph_assignment
+from meshshard.partitioners.inertial import rib_assignment
 from meshshard.partitioners.kdtree import rcb_assignment
 from meshshard.partitioners.partition import Partition
 from meshshard.partitioners.multilevel import multilevel_refine
@@ -25,6 +26,7 @@ from meshshard.partitioners.sfc import hilbert_keys, morton_keys
 __all__ = [
     "BasePartitioner",
     "KDTreePartitioner",
+    "InertialPartitioner",
     "MortonPartitioner",
     "HilbertPartitioner",
     "GraphPartitioner",
@@ -120,6 +122,21 @@ class KDTreePartitioner(BasePartitioner):
         return rcb_assignment(points, num_parts, weights)
 
 
+class InertialPartitioner(BasePartitioner):
+    r"""Recursive inertial bisection (``"inertial"``), as Zoltan's RIB.
+
+    Each subdomain is cut across its weighted principal axis (scikit-learn's PCA) at the
+    weighted position that balances the halves in the ratio of their part counts, so any
+    ``num_parts`` balances. On rotated or elongated geometry the cuts are shorter than the
+    axis-aligned ones of ``"kdtree"``. See :class:`BasePartitioner` for the options.
+    """
+
+    name = "inertial"
+
+    def _initial(self, points, num_parts, weights):
+        return rib_assignment(points, num_parts, weights)
+
+
 _BUCKET_BITS = 20
 
 
@@ -160,16 +177,34 @@ class HilbertPartitioner(_CurvePartitioner):
 
 
 class GraphPartitioner(BasePartitioner):
-    r"""METIS k-way partitioning through pymetis (``"graph"``).
+    r"""k-way graph partitioning (``"graph"``): METIS through pymetis, KaMinPar or Mt-KaHyPar.
 
-    The graph is symmetrised, deduplicated and stripped of self loops before METIS sees it
+    The graph is symmetrised, deduplicated and stripped of self loops before the engine sees it
     (pymetis can crash on directed or malformed input); isolated nodes are fine;
-    ``num_parts == 1`` and ``num_parts == N`` never call METIS. Options as
-    :class:`BasePartitioner` (``imbalance`` maps to METIS ``ufactor``; ``refine`` is unused:
-    METIS refines itself).
+    ``num_parts == 1`` and ``num_parts == N`` never call the engine.
+
+    Args:
+        engine: ``"metis"`` (default, pymetis), ``"kaminpar"`` or ``"mtkahypar"`` (optional
+            extras: ``pip install 'meshshard[kaminpar]'`` / ``'meshshard[mtkahypar]'``; an
+            ImportError names the extra when the package is missing). Every engine is
+            deterministic for a seed.
+        imbalance, seed, refine: as :class:`BasePartitioner`; ``imbalance`` maps to METIS's
+            ``ufactor`` or to ``epsilon = imbalance - 1``; ``refine`` is unused (the engines
+            refine themselves). Node and edge weights are scaled to the engines' positive integers.
     """
 
     name = "graph"
+
+    def __init__(self, *, engine: str = "metis", imbalance: Optional[float] = None, seed: int = 0,
+                 refine: bool = True) -> None:
+        super().__init__(imbalance=imbalance, seed=seed, refine=refine)
+        if not isinstance(engine, str) or engine not in GRAPH_ENGINES:
+            raise ValueError(f"unknown graph engine {engine!r}; valid engines: {sorted(GRAPH_ENGINES)}")
+        self.engine = engine
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(engine={self.engine!r}, imbalance={self.imbalance}, "
+                f"seed={self.seed}, refine={self.refine})")
 
     def partition(self, points, num_parts: int, edge_index=None, weights=None, edge_weights=None,
                   num_nodes: Optional[int] = None) -> Partition:
@@ -188,8 +223,8 @@ class GraphPartitioner(BasePartitioner):
             :class:`Partition` with ``method="graph"``.
         """
         if edge_index is None:
-            raise ValueError("method 'graph' (METIS) needs edge_index [2, E]; geometric methods "
-                             "('kdtree', 'morton', 'hilbert') work from points alone")
+            raise ValueError("method 'graph' needs edge_index [2, E]; geometric methods "
+                             "('kdtree', 'inertial', 'morton', 'hilbert') work from points alone")
         if points is not None:
             n = as_points(points).shape[0]
         elif num_nodes is not None:
@@ -207,7 +242,7 @@ class GraphPartitioner(BasePartitioner):
         ew = None if edge_weights is None else as_edge_weights(edge_weights, ei.shape[1])
         lo, hi, uw = undirected_pairs(ei, n, ew)
         indptr, indices, data = symmetric_csr(lo, hi, uw, n)
-        assign = metis_assignment(indptr, indices, num_parts, node_weights=w, edge_weights=data,
+        assign = graph_assignment(self.engine, indptr, indices, num_parts, node_weights=w, edge_weights=data,
                                   imbalance=self.imbalance, seed=self.seed)
         return Partition(torch.from_numpy(assign), num_parts, method=self.name,
                          node_weights=None if w is None else torch.from_numpy(w))
@@ -216,6 +251,7 @@ class GraphPartitioner(BasePartitioner):
 #: method name -> partitioner class
 PARTITIONERS: Dict[str, Type[BasePartitioner]] = {
     "kdtree": KDTreePartitioner,
+    "inertial": InertialPartitioner,
     "morton": MortonPartitioner,
     "hilbert": HilbertPartitioner,
     "graph": GraphPartitioner,
@@ -234,6 +270,7 @@ def partition(
     seed: int = 0,
     refine: bool = True,
     num_nodes: Optional[int] = None,
+    engine: Optional[str] = None,
 ) -> Partition:
     r"""Split ``N`` nodes into ``num_parts`` shards.
 
@@ -241,8 +278,9 @@ def partition(
         points: ``[N, 2]`` or ``[N, 3]`` coordinates (numpy or torch); may be None for
             ``method="graph"`` (then give ``num_nodes`` or ``weights``).
         num_parts: ``1 <= P <= N``.
-        method: ``"kdtree"`` (recursive coordinate bisection), ``"morton"``, ``"hilbert"``
-            (space-filling curves) or ``"graph"`` (METIS; needs ``edge_index``).
+        method: ``"kdtree"`` (recursive coordinate bisection), ``"inertial"`` (recursive
+            inertial bisection), ``"morton"``, ``"hilbert"`` (space-filling curves) or
+            ``"graph"`` (needs ``edge_index``).
         edge_index: ``[2, E]`` graph (one or both directions). Geometric methods use it to refine
             the boundary (unless ``refine=False``); the graph method partitions it.
         weights: ``[N]`` non-negative node weights to balance (default: counts).
@@ -251,6 +289,8 @@ def partition(
         seed: tie-break / METIS seed; same input and seed give the same partition.
         refine: boundary refinement for geometric methods when ``edge_index`` is given.
         num_nodes: ``N`` for ``method="graph"`` without points.
+        engine: ``method="graph"`` only: ``"metis"`` (default), ``"kaminpar"`` or
+            ``"mtkahypar"`` (optional extras; see :class:`GraphPartitioner`).
 
     Returns:
         :class:`Partition` (``method`` recorded); every shard non-empty.
@@ -260,7 +300,11 @@ def partition(
     """
     if not isinstance(method, str) or method not in PARTITIONERS:
         raise ValueError(f"unknown partition method {method!r}; valid methods: {sorted(PARTITIONERS)}")
-    part = PARTITIONERS[method](imbalance=imbalance, seed=seed, refine=refine)
     if method == "graph":
+        part = GraphPartitioner(engine="metis" if engine is None else engine, imbalance=imbalance, seed=seed,
+                                refine=refine)
         return part.partition(points, num_parts, edge_index, weights, edge_weights, num_nodes=num_nodes)
+    if engine is not None:
+        raise ValueError(f"engine={engine!r} applies to method='graph' only, not {method!r}")
+    part = PARTITIONERS[method](imbalance=imbalance, seed=seed, refine=refine)
     return part.partition(points, num_parts, edge_index, weights, edge_weights)

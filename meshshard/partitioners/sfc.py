@@ -115,7 +115,7 @@ def _num_cubes(lo: np.ndarray, hi: np.ndarray, bits: int) -> Tuple[int, int]:
     return int(min(max(ratio, 1.0), cap)), long
 
 
-def curve_grid(points: np.ndarray, bits: int):
+def curve_grid(points: np.ndarray, bits: int, bounds=None):
     """Grid coordinates for a curve key, tiling an elongated bounding box by a row of cubes.
 
     With ``C = floor(longest extent / next longest)`` (at least 1, at most ``2**(bits // 2)``)
@@ -126,6 +126,8 @@ def curve_grid(points: np.ndarray, bits: int):
     Args:
         points: ``[N, d]`` finite floats.
         bits: bits per axis of the one-cube grid.
+        bounds: optional ``(lo, hi)`` float64 ``[d]`` bounding box to use instead of the points'
+            own (a slice of a larger point set gets the keys of the whole set).
 
     Returns:
         ``(grid, cube, tile_bits)``: ``grid`` a list of ``d`` uint64 arrays ``[N]`` in
@@ -136,7 +138,7 @@ def curve_grid(points: np.ndarray, bits: int):
     dim = points.shape[1]
     if points.shape[0] == 0:
         return [np.zeros(0, dtype=_U) for _ in range(dim)], None, 0
-    lo, hi = _column_bounds(points)
+    lo, hi = _column_bounds(points) if bounds is None else bounds
     cubes, long = _num_cubes(lo, hi, bits)
     if cubes == 1:
         return _grid(points, float(2**bits - 1), lo, hi), None, 0
@@ -197,19 +199,20 @@ def morton_from_grid(grid: list) -> np.ndarray:
     return key
 
 
-def morton_keys(points: np.ndarray, bits: int = None) -> np.ndarray:
+def morton_keys(points: np.ndarray, bits: int = None, bounds=None) -> np.ndarray:
     """Morton (Z-order) keys.
 
     Args:
         points: ``[N, d]`` finite floats, d = 2 or 3.
         bits: bits per axis (default :func:`default_bits`).
+        bounds: optional ``(lo, hi)`` bounding box of the whole point set (see :func:`curve_grid`).
 
     Returns:
         uint64 ``[N]``.
     """
     dim = points.shape[1]
     bits = default_bits(dim) if bits is None else bits
-    grid, cube, tile_bits = curve_grid(points, bits)
+    grid, cube, tile_bits = curve_grid(points, bits, bounds)
     return _with_cube(morton_from_grid(grid), cube, tile_bits, dim, bits)
 
 
@@ -341,17 +344,18 @@ def hilbert_from_grid(grid: list, bits: int) -> np.ndarray:
     return key
 
 
-def hilbert_keys(points: np.ndarray, bits: int = None) -> np.ndarray:
+def hilbert_keys(points: np.ndarray, bits: int = None, bounds=None) -> np.ndarray:
     """Hilbert keys.
 
     Args:
         points: ``[N, d]`` finite floats, d = 2 or 3.
         bits: bits per axis (default :func:`default_bits`).
+        bounds: optional ``(lo, hi)`` bounding box of the whole point set (see :func:`curve_grid`).
 
     Returns:
         uint64 ``[N]``.
     """
     dim = points.shape[1]
     bits = default_bits(dim) if bits is None else bits
-    grid, cube, tile_bits = curve_grid(points, bits)
+    grid, cube, tile_bits = curve_grid(points, bits, bounds)
     return _with_cube(hilbert_from_grid(grid, bits - tile_bits), cube, tile_bits, dim, bits)

@@ -13,8 +13,8 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-def _run(name, timeout):
-    proc = subprocess.run([sys.executable, str(BENCH / name), "--quick"], capture_output=True, text=True,
+def _run(name, timeout, *extra):
+    proc = subprocess.run([sys.executable, str(BENCH / name), "--quick", *extra], capture_output=True, text=True,
                           timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc.stdout
@@ -26,11 +26,20 @@ def _table_rows(out, first_cell):
 
 @pytest.mark.timeout(180)
 def test_bench_partition():
-    out = _run("bench_partition.py", 170)
+    out = _run("bench_partition.py", 170, "--only", "speed,quality,memory")
     assert len(_table_rows(out, "1e+05")) == 2 and len(_table_rows(out, "1e+06")) == 2
     for mesh in ("naca0012_inviscid.su2", "brick_tets.su2", "cylinder_crossflow_re35.vtu"):
         assert _table_rows(out, mesh), mesh
     assert "peak memory" in out and "targets of issue 2" in out
+
+
+@pytest.mark.timeout(180)
+def test_bench_partition_engines_and_distributed():
+    out = _run("bench_partition.py", 170, "--only", "engines,distributed")
+    for label in ("graph engine=kaminpar", "graph engine=mtkahypar", "inertial plain", "inertial refined"):
+        assert any(f"| {label} |" in line for line in out.splitlines()), label
+    rows = [line for line in out.splitlines() if line.startswith(("| hilbert |", "| kdtree |"))]
+    assert len(rows) == 4 and all(line.rstrip().endswith("| yes |") for line in rows), rows
 
 
 @pytest.mark.timeout(180)

@@ -37,7 +37,7 @@ def _check_folder(out, mesh, k, edge_index):
     return meta
 
 
-@pytest.mark.parametrize("method", ["kdtree", "morton", "hilbert", "graph"])
+@pytest.mark.parametrize("method", ["kdtree", "inertial", "morton", "hilbert", "graph"])
 def test_partition_2d_airfoil_all_methods(data_dir, tmp_path, capsys, method):
     src = data_dir / "naca0012_inviscid.su2"
     out = tmp_path / "shards"

@@ -191,3 +191,73 @@ def test_graph_weight_heavier_than_a_part(capfd):
     assert _clip_heavy(np.array([1.0, 1, 1, 1]), 2).tolist() == [1, 1, 1, 1]
     assert _clip_heavy(np.array([10.0, 1, 1, 1, 1]), 3).tolist() == [2, 1, 1, 1, 1]
     assert _clip_heavy(np.array([9.0, 8, 0, 0]), 3).tolist() == [0, 0, 0, 0]
+
+
+# ---- engines: KaMinPar and Mt-KaHyPar beside METIS ---------------------------------------------
+
+ENGINES = ["metis", "kaminpar", "mtkahypar"]
+
+
+@pytest.mark.parametrize("engine", ["kaminpar", "mtkahypar"])
+def test_engine_real_mesh_balanced_sane_cut_deterministic(data_dir, engine):
+    pts, ei = load_mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    n, k, imb = pts.shape[0], 7, 1.03
+    part = partition(pts, k, "graph", edge_index=ei, engine=engine, imbalance=imb, seed=4)
+    assert part.method == "graph" and part.num_nodes == n and min(part.sizes) > 0
+    q = partition_quality(part, ei)
+    # the engines bound a part by (1 + eps) * ceil(N / k)
+    assert max(part.sizes) <= imb * -(-n // k)
+    metis = partition_quality(partition(pts, k, "graph", edge_index=ei, imbalance=imb, seed=4), ei)
+    assert q["edge_cut"] <= 1.5 * metis["edge_cut"]
+    assert partition(pts, k, "graph", edge_index=ei, engine=engine, imbalance=imb, seed=4) == part
+    assert GraphPartitioner(engine=engine, imbalance=imb, seed=4).partition(pts, k, ei) == part
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_engine_weights_tiny_and_trivial(engine):
+    # path 0-1-2-3 with a very heavy middle edge: a 2-way cut must avoid it
+    ei = np.array([[0, 1, 2], [1, 2, 3]])
+    part = GraphPartitioner(engine=engine, imbalance=1.5).partition(None, 2, ei, edge_weights=[1.0, 100.0, 1.0],
+                                                                    num_nodes=4)
+    assert part.assignment[1] == part.assignment[2] and min(part.sizes) > 0
+    # node weights: 20 heavy nodes on a ring; balanced by weight, not by count
+    n = 200
+    ring = np.stack([np.arange(n), (np.arange(n) + 1) % n])
+    w = np.ones(n)
+    w[:20] = 10.0
+    part = partition(None, 4, "graph", edge_index=ring, weights=w, num_nodes=n, imbalance=1.05, engine=engine)
+    pw = part.part_weights().numpy()
+    assert pw.max() / pw.mean() <= 1.06 and part.sizes != [50] * 4
+    # zero node and edge weights, isolated nodes, one part, one node per part
+    rng = np.random.default_rng(0)
+    e = rng.integers(0, 60, (2, 300))
+    ew = rng.random(300)
+    ew[::7] = 0.0
+    wz = rng.random(60)
+    wz[:5] = 0.0
+    part = partition(None, 4, "graph", edge_index=e, weights=wz, edge_weights=ew, num_nodes=60, engine=engine)
+    assert min(part.sizes) > 0
+    two_triangles = np.array([[0, 1, 2, 3, 4, 5], [1, 2, 0, 4, 5, 3]])
+    assert min(partition(None, 3, "graph", edge_index=two_triangles, num_nodes=10, engine=engine).sizes) > 0
+    assert partition(None, 1, "graph", edge_index=two_triangles, num_nodes=10, engine=engine).sizes == [10]
+    assert partition(None, 10, "graph", edge_index=two_triangles, num_nodes=10, engine=engine).sizes == [1] * 10
+    for e in (np.zeros((2, 0), dtype=np.int64), np.array([[0, 1, 2], [0, 1, 2]])):  # no edges; self loops only
+        assert sorted(partition(None, 3, "graph", edge_index=e, num_nodes=7, engine=engine).sizes) == [2, 2, 3]
+
+
+@pytest.mark.parametrize("engine", ["kaminpar", "mtkahypar"])
+def test_engine_missing_names_the_extra(monkeypatch, engine):
+    import sys
+
+    monkeypatch.setitem(sys.modules, engine, None)  # import raises ImportError
+    with pytest.raises(ImportError, match=rf"pip install 'meshshard\[{engine}\]'"):
+        partition(None, 2, "graph", edge_index=[[0, 1], [1, 2]], num_nodes=3, engine=engine)
+
+
+def test_engine_bad_choice():
+    with pytest.raises(ValueError, match="unknown graph engine 'chaco'.*kaminpar"):
+        partition(None, 2, "graph", edge_index=[[0], [1]], num_nodes=2, engine="chaco")
+    with pytest.raises(ValueError, match="unknown graph engine"):
+        GraphPartitioner(engine=None)
+    with pytest.raises(ValueError, match="engine='kaminpar' applies to method='graph' only"):
+        partition(np.zeros((4, 2)), 2, "kdtree", engine="kaminpar")

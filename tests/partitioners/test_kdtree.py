@@ -70,3 +70,25 @@ def test_kdtree_every_part_count_nonempty():
     w[0] = 1.0
     a = rcb_assignment(pts, 9, w)
     assert sorted(a.tolist()) == list(range(9))
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_kdtree_ties_go_by_global_id(weighted):
+    # a grid holds many equal coordinates: the cut takes the tied points in increasing id, so the
+    # result is a function of the input alone (partition_distributed reproduces it across ranks)
+    rng = np.random.default_rng(5)
+    g = np.stack(np.meshgrid(np.arange(9.0), np.arange(7.0), indexing="ij"), -1).reshape(-1, 2)
+    pts = g[rng.permutation(g.shape[0])]
+    w = rng.integers(1, 4, pts.shape[0]).astype(float) if weighted else None
+    a = rcb_assignment(pts, 2, w)
+    # reference: sort by (x, id) (x is the widest axis); cut at half the count, or at the weighted
+    # prefix nearest half the weight (the shorter one on ties)
+    order = np.lexsort((np.arange(pts.shape[0]), pts[:, 0]))
+    if w is None:
+        n_left = round(pts.shape[0] / 2)
+    else:
+        cum = np.cumsum(w[order])
+        n_left = int(np.argmin(np.abs(cum - cum[-1] / 2))) + 1
+    expect = np.ones(pts.shape[0], dtype=np.int64)
+    expect[order[:n_left]] = 0
+    assert np.array_equal(a, expect)

@@ -6,6 +6,7 @@ import meshshard.partitioners as P
 from meshshard.partitioners import (
     GraphPartitioner,
     HilbertPartitioner,
+    InertialPartitioner,
     KDTreePartitioner,
     MortonPartitioner,
     Partition,
@@ -14,12 +15,12 @@ from meshshard.partitioners import (
 )
 from tests.partitioners._meshes import load_mesh
 
-METHODS = ["kdtree", "morton", "hilbert", "graph"]
+METHODS = ["kdtree", "inertial", "morton", "hilbert", "graph"]
 
 
 def test_exports():
     assert set(P.__all__) == {"Partition", "partition", "partition_quality", "KDTreePartitioner",
-                              "MortonPartitioner", "HilbertPartitioner", "GraphPartitioner"}
+                              "InertialPartitioner", "MortonPartitioner", "HilbertPartitioner", "GraphPartitioner"}
     import meshshard as ms
 
     assert ms.partition is partition and ms.partition_quality is partition_quality
@@ -49,13 +50,14 @@ def test_front_door_determinism_torch_numpy_save_load(data_dir, tmp_path, method
 
 def test_classes_equal_front_door(data_dir):
     pts, ei = load_mesh(data_dir, "cylinder_crossflow_re35.vtu")
-    for cls, m in ((KDTreePartitioner, "kdtree"), (MortonPartitioner, "morton"), (HilbertPartitioner, "hilbert")):
+    for cls, m in ((KDTreePartitioner, "kdtree"), (InertialPartitioner, "inertial"), (MortonPartitioner, "morton"),
+                   (HilbertPartitioner, "hilbert")):
         assert cls(seed=2).partition(pts, 3, ei) == partition(pts, 3, m, edge_index=ei, seed=2)
         assert cls(refine=False).partition(pts, 3, ei) == partition(pts, 3, m)
     assert GraphPartitioner(imbalance=1.03).partition(pts, 3, ei) == partition(pts, 3, "graph", edge_index=ei, imbalance=1.03)
 
 
-@pytest.mark.parametrize("method", ["kdtree", "morton", "hilbert"])
+@pytest.mark.parametrize("method", ["kdtree", "inertial", "morton", "hilbert"])
 def test_small_and_degenerate_inputs(method):
     assert partition(np.zeros((1, 3)), 1, method).sizes == [1]
     assert sorted(partition(np.zeros((5, 2)), 5, method).sizes) == [1] * 5  # coincident points

@@ -142,3 +142,14 @@ def test_curve_parts_of_a_channel_are_slabs():
         assert max(spans) < 4.0, (method, spans)
     a = partition(pts, 5, "hilbert").assignment.numpy()
     assert max(np.ptp(pts[a == r, 0]) for r in range(5)) < 2.5
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_keys_of_a_slice_with_the_whole_sets_bounds(dim):
+    # partition_distributed computes each rank's keys against the all-reduced bounding box
+    pts = np.random.default_rng(4).random((3000, dim)) * ([6.0, 1.0, 0.5][:dim])  # elongated: cubes
+    bounds = (pts.min(axis=0), pts.max(axis=0))
+    for fn in (morton_keys, hilbert_keys):
+        whole = fn(pts)
+        assert np.array_equal(fn(pts[1000:1400], bounds=bounds), whole[1000:1400])
+        assert not np.array_equal(fn(pts[1000:1400]), whole[1000:1400])  # own box: other keys
