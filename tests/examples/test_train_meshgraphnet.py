@@ -79,4 +79,5 @@ def test_check_failure_exits_non_zero(tmp_path, data_dir, monkeypatch, capsys):
     code = example.main(["--data", str(data), "--hidden", "8", "--layers", "1", "--steps", "2", "--check"])
     out = capsys.readouterr().out
     assert code == 1, out
-    assert out.count(": FAIL") == 2 and "FAIL at steps [0, 1]" in out, out
+    assert len(re.findall(r"^step \d+: .*\(tol -1\): FAIL$", out, re.M)) == 2, out
+    assert "2 steps: FAIL at steps [0, 1]" in out, out
