@@ -104,16 +104,17 @@ def _wait(runs):
                     if rank == VICTIM:
                         death[scenario] = now
             since = now - death.get(scenario, now)
-            if since > DEADLINE_S or now - start > 150:
+            if since > DEADLINE_S or now - start > 200:
                 for q in (q for ps in runs.values() for q in ps):
                     q.kill()
-                pytest.fail(f"{scenario}: a surviving rank still ran {since:.0f} s after rank {VICTIM} died (hang)")
+                state = f"{since:.0f} s after rank {VICTIM} died" if scenario in death else f"rank {VICTIM} never died"
+                pytest.fail(f"{scenario}: ranks still running ({state}, {now - start:.0f} s in all): a hang")
         time.sleep(0.2)
     return {s: [(p.returncode, p.stdout.read(), ended[s, r] - death[s]) for r, p in enumerate(procs)]
             for s, procs in runs.items()}
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(240)
 def test_killed_rank_is_named_by_every_survivor():
     runs = {s: _launch(s) for s in ("collective", "training")}  # both groups at once: half the wall time
     for scenario, results in _wait(runs).items():
