@@ -46,8 +46,10 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
     r"""A dataset written by ``meshshard preprocess`` (or :func:`preprocess_dataset`), read per rank.
 
     ``ds[i]`` reads only this rank's ``part_XXXX.pt`` of sample ``i`` (checksum verified) and
-    returns a :class:`ShardedSample`. Building its ShardedGraph is collective: every rank of the
-    group must ask for the same samples in the same order.
+    returns a :class:`ShardedSample`. Construction and ``ds[i]`` are collective: every rank of
+    the group must build the dataset and ask for the same samples in the same order. A missing
+    or corrupt file on one rank raises the same error on every rank, naming that rank and the
+    cause.
 
     Args:
         root: the preprocessed folder (with the dataset ``meta.json``).
@@ -67,15 +69,22 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
     def __init__(self, root: PathLike, rank: Optional[int] = None, group=None,
                  dtype: Optional[torch.dtype] = None, cache: bool = True) -> None:
         from meshshard.distributed import get_rank, get_world_size
+        from meshshard.graph.sharded_graph import _agree
 
         self.root = Path(root)
-        self.meta = read_dataset_meta(self.root)
         self.group = group
         self.rank = get_rank(group) if rank is None else int(rank)
         world = get_world_size(group)
-        if int(self.meta["num_parts"]) != world:
-            raise ValueError(f"{self.root} was preprocessed into {self.meta['num_parts']} parts but this group has "
-                             f"{world} ranks; rerun `meshshard preprocess -k {world}` or launch {self.meta['num_parts']} ranks")
+
+        def read_meta() -> dict:
+            meta = read_dataset_meta(self.root)
+            if int(meta["num_parts"]) != world:
+                raise ValueError(f"{self.root} was preprocessed into {meta['num_parts']} parts but this group has "
+                                 f"{world} ranks; rerun `meshshard preprocess -k {world}` or launch {meta['num_parts']} ranks")
+            return meta
+
+        # Ranks may read different copies (node-local disks): one bad copy fails every rank alike.
+        self.meta = _agree(read_meta, "ShardedMeshDataset", group)
         self.stats = DatasetStats.from_dict(self.meta["stats"])
         self.node_types: List[str] = list(self.meta["node_types"])
         self.feature_columns: List[str] = list(self.meta["feature_columns"])
@@ -114,16 +123,23 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
         if idx in self._cache:
             return self._cache[idx]
         from meshshard.graph import ShardedGraph
+        from meshshard.graph.sharded_graph import _agree
 
         entry = self.meta["samples"][idx]
-        g = ShardedGraph.load(self.root / entry["dir"], rank=self.rank, group=self.group)
+        g = ShardedGraph.load(self.root / entry["dir"], rank=self.rank, group=self.group)  # agreed inside
+        sample = _agree(lambda: self._sample(entry, g), f"ShardedMeshDataset[{idx}] ({entry['dir']})", self.group)
+        if self.cache:
+            self._cache[idx] = sample
+        return sample
+
+    def _sample(self, entry: dict, g) -> ShardedSample:
         n_own = g.num_owned
         nd, ed = g.node_data, g.edge_data
         # Sample-local node-type ids -> the dataset's vocabulary (both are sorted name lists).
         lut = torch.tensor([0] + [self.node_types.index(n) + 1 for n in entry["node_set_names"]], dtype=torch.long)
         node_type = torch.nn.functional.one_hot(lut[nd["node_type_id"][:n_own]], len(self.node_types) + 1)
         dtype = self.dtype or nd["x"].dtype
-        sample = ShardedSample(
+        return ShardedSample(
             graph=g,
             pos=nd["pos"][:n_own].to(dtype),
             x=nd["x"][:n_own].to(dtype),
@@ -132,9 +148,6 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
             edge_attr=ed["edge_attr"].to(dtype),
             name=entry["name"],
         )
-        if self.cache:
-            self._cache[idx] = sample
-        return sample
 
     def model_inputs(self, sample: ShardedSample) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(x_in [num_owned, F], edge_attr_in [E_local, d+1], y [num_owned, T])`` normalised with

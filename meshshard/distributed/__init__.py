@@ -15,6 +15,9 @@ from meshshard.distributed.process_group import (
     get_backend,
     comm_device,
     local_rank,
+    lost_ranks,
+    RankLostError,
+    DEFAULT_TIMEOUT,
 )
 from meshshard.distributed.comm import (
     ReduceOp,
@@ -58,6 +61,9 @@ __all__ = [
     "get_backend",
     "comm_device",
     "local_rank",
+    "lost_ranks",
+    "RankLostError",
+    "DEFAULT_TIMEOUT",
     "ReduceOp",
     "ProcessGroup",
     "P2POp",

@@ -7,13 +7,14 @@ Tensors are moved to :func:`comm_device` for the call and results returned on th
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+import contextlib
+from typing import Iterator, List, Optional, Sequence
 
 import torch
 import torch.distributed as dist
 from torch.distributed import P2POp, ProcessGroup, ReduceOp
 
-from meshshard.distributed.process_group import comm_device, get_world_size, is_initialized
+from meshshard.distributed.process_group import RankLostError, comm_device, get_rank, get_world_size, is_initialized, lost_ranks
 
 __all__ = [
     "ReduceOp",
@@ -41,6 +42,42 @@ _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather
 
 class CollectiveMismatchError(ValueError):
     """Ranks handed a collective inputs that do not fit together (raised on every rank)."""
+
+
+@contextlib.contextmanager
+def _naming_lost_ranks(what: str) -> Iterator[None]:
+    """Turn a collective's failure caused by dead peers into :class:`RankLostError` naming them.
+
+    gloo reports a dead peer as "Connection reset/closed by peer" with an address, NCCL as a
+    communicator error; neither says which rank. The heartbeats say it (checked on failure only).
+    """
+    try:
+        yield
+    except RankLostError:
+        raise
+    except RuntimeError as exc:
+        lost = lost_ranks()
+        if not lost:
+            raise
+        detail = "; ".join(f"rank {r}: {why}" for r, why in lost.items())
+        raise RankLostError(f"{what} on rank {get_rank()}: lost rank(s) {sorted(lost)} ({detail}); "
+                            f"the run cannot go on (backend error: {str(exc).splitlines()[0][:200]})", lost) from exc
+
+
+class _Work:
+    """A point-to-point work handle whose ``wait`` names lost peers (see :func:`_naming_lost_ranks`)."""
+
+    __slots__ = ("work",)
+
+    def __init__(self, work):
+        self.work = work
+
+    def wait(self, *args, **kwargs):
+        with _naming_lost_ranks("wait on a point-to-point transfer"):
+            return self.work.wait(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.work, name)
 
 
 def _single(group) -> bool:
@@ -81,13 +118,14 @@ def all_to_all_single(
     rows = sum(output_split_sizes) if output_split_sizes is not None else input.shape[0]
     dev_in = _to_comm(input, group)
     out = torch.empty((rows,) + tuple(input.shape[1:]), dtype=input.dtype, device=dev_in.device)
-    dist.all_to_all_single(
-        out,
-        dev_in,
-        output_split_sizes=list(map(int, output_split_sizes)) if output_split_sizes is not None else None,
-        input_split_sizes=list(map(int, input_split_sizes)) if input_split_sizes is not None else None,
-        group=group,
-    )
+    with _naming_lost_ranks("all_to_all_single"):
+        dist.all_to_all_single(
+            out,
+            dev_in,
+            output_split_sizes=list(map(int, output_split_sizes)) if output_split_sizes is not None else None,
+            input_split_sizes=list(map(int, input_split_sizes)) if input_split_sizes is not None else None,
+            group=group,
+        )
     out = out.to(input.device)
     if output is not None:
         output.copy_(out)
@@ -112,7 +150,8 @@ def all_gather_into_tensor(input: torch.Tensor, group=None) -> torch.Tensor:
     # gloo wants the output concatenated along dim 0, not stacked: gather flat rows, then view.
     dev_in = _to_comm(input, group).reshape(1, -1)
     out = torch.empty((world, dev_in.shape[1]), dtype=input.dtype, device=dev_in.device)
-    _all_gather_single(out, dev_in, group=group)
+    with _naming_lost_ranks("all_gather_into_tensor"):
+        _all_gather_single(out, dev_in, group=group)
     return out.view((world,) + tuple(input.shape)).to(input.device)
 
 
@@ -143,7 +182,8 @@ def all_gather_object(obj, group=None) -> List:
     if _single(group):
         return [obj]
     out = [None] * get_world_size(group)
-    dist.all_gather_object(out, obj, group=group)
+    with _naming_lost_ranks("all_gather_object"):
+        dist.all_gather_object(out, obj, group=group)
     return out
 
 
@@ -159,7 +199,8 @@ def all_reduce(t: torch.Tensor, op=ReduceOp.SUM, group=None) -> torch.Tensor:
     if _single(group):
         return t
     dev_t = _to_comm(t, group)
-    dist.all_reduce(dev_t, op=op, group=group)
+    with _naming_lost_ranks("all_reduce"):
+        dist.all_reduce(dev_t, op=op, group=group)
     if dev_t is not t:
         t.copy_(dev_t)
     return t
@@ -176,7 +217,8 @@ def broadcast(t: torch.Tensor, src: int = 0, group=None) -> torch.Tensor:
     if _single(group):
         return t
     dev_t = _to_comm(t, group)
-    dist.broadcast(dev_t, src=src, group=group)
+    with _naming_lost_ranks("broadcast"):
+        dist.broadcast(dev_t, src=src, group=group)
     if dev_t is not t:
         t.copy_(dev_t)
     return t
@@ -189,7 +231,8 @@ def barrier(group=None) -> None:
         group: process group (``None``: the default group).
     """
     if not _single(group):
-        dist.barrier(group=group)
+        with _naming_lost_ranks("barrier"):
+            dist.barrier(group=group)
 
 
 def isend(t: torch.Tensor, dst: int, group=None, tag: int = 0):
@@ -201,7 +244,7 @@ def isend(t: torch.Tensor, dst: int, group=None, tag: int = 0):
         group: process group (``None``: the default group).
         tag: message tag (gloo matches sends and receives by tag).
     """
-    return dist.isend(t.contiguous(), dst=dst, group=group, tag=tag)
+    return _Work(dist.isend(t.contiguous(), dst=dst, group=group, tag=tag))
 
 
 def irecv(t: torch.Tensor, src: int, group=None, tag: int = 0):
@@ -213,7 +256,7 @@ def irecv(t: torch.Tensor, src: int, group=None, tag: int = 0):
         group: process group (``None``: the default group).
         tag: message tag (gloo matches sends and receives by tag).
     """
-    return dist.irecv(t, src=src, group=group, tag=tag)
+    return _Work(dist.irecv(t, src=src, group=group, tag=tag))
 
 
 def batch_isend_irecv(ops: List[P2POp]) -> list:
@@ -224,7 +267,8 @@ def batch_isend_irecv(ops: List[P2POp]) -> list:
     """
     if not ops:
         return []
-    return dist.batch_isend_irecv(ops)
+    with _naming_lost_ranks("batch_isend_irecv"):
+        return [_Work(w) for w in dist.batch_isend_irecv(ops)]
 
 
 def new_group(ranks: Optional[Sequence[int]] = None, **kwargs):

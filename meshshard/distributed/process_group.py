@@ -1,10 +1,14 @@
 """Process-group set-up: torchrun environment, gloo on CPU, NCCL on CUDA."""
 from __future__ import annotations
 
+import atexit
 import datetime
 import gc
 import os
-from typing import Optional, Tuple
+import threading
+import time
+from typing import Dict, Optional, Tuple
+from urllib.parse import urlparse
 
 import torch
 import torch.distributed as dist
@@ -20,7 +24,36 @@ __all__ = [
     "get_backend",
     "comm_device",
     "local_rank",
+    "lost_ranks",
+    "RankLostError",
+    "DEFAULT_TIMEOUT",
 ]
+
+# Bounds how long a collective waits for a LIVE but silent peer (deadlock, a rank stuck in I/O).
+# A dead peer is found much sooner: gloo fails at once on a closed connection and the heartbeat
+# below names the rank; this timeout is the backstop for the rare wait that never fails.
+DEFAULT_TIMEOUT = datetime.timedelta(minutes=5)
+# Heartbeat period; a rank whose counter does not move for _LOST_AFTER_S is reported lost.
+_HEARTBEAT_S = 0.5
+_LOST_AFTER_S = 5.0
+_EXITED = "exited"
+_HB_PREFIX = "meshshard/heartbeat/"
+
+
+class RankLostError(RuntimeError):
+    """A collective failed because one or more peers died or left (raised on the surviving ranks).
+
+    Attributes:
+        ranks (dict[int, str]): each lost rank and how it was found lost (``"exited"`` or
+            ``"no heartbeat for N s"``, i.e. killed or frozen).
+    """
+
+    def __init__(self, message: str, ranks: Dict[int, str]):
+        super().__init__(message)
+        self.ranks = dict(ranks)
+
+    def __reduce__(self):  # pickles (e.g. back to run_distributed's parent) with its ranks
+        return type(self), (self.args[0], self.ranks)
 
 _TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -97,7 +130,7 @@ def set_local_device() -> Optional[torch.device]:
 
 def init_distributed(
     backend: Optional[str] = None,
-    timeout: datetime.timedelta | float = datetime.timedelta(minutes=10),
+    timeout: datetime.timedelta | float = DEFAULT_TIMEOUT,
     init_method: Optional[str] = None,
     rank: Optional[int] = None,
     world_size: Optional[int] = None,
@@ -116,7 +149,13 @@ def init_distributed(
     Args:
         backend: ``"gloo"``, ``"nccl"`` or ``None`` to choose (:func:`default_backend`: NCCL
             when CUDA is available, else gloo).
-        timeout: collective timeout (a :class:`datetime.timedelta` or seconds).
+        timeout: how long a collective waits for a live peer before it fails (a
+            :class:`datetime.timedelta` or seconds; default :data:`DEFAULT_TIMEOUT`, 5 minutes).
+            A peer that dies (killed, crashed, exited) is detected sooner, whatever this is:
+            every rank sends a heartbeat through the rendezvous store, and a collective that
+            fails raises :class:`RankLostError` naming the lost rank(s) on every survivor,
+            typically within seconds. Raise it for ranks that may legitimately wait long on
+            one another (e.g. rank 0 alone writing a huge checkpoint between collectives).
         init_method: optional rendezvous URL (e.g. ``"tcp://127.0.0.1:29500"``); with it,
             ``rank`` and ``world_size`` must be given.
         rank: global rank when not read from the environment.
@@ -153,7 +192,123 @@ def init_distributed(
             raise ValueError("init_distributed(init_method=...) also needs rank and world_size")
         kwargs.update(init_method=init_method, rank=rank, world_size=world_size)
     dist.init_process_group(**kwargs)
+    _start_heartbeat(init_method)
     return dist.get_rank(), dist.get_world_size()
+
+
+class _Heartbeat:
+    """Counter that a daemon thread bumps in the rendezvous store every :data:`_HEARTBEAT_S`.
+
+    It has its own store connection: the default store's client is also used by blocking
+    rendezvous waits (e.g. ``new_group``), which would stall the beat and look like a death.
+    """
+
+    def __init__(self, store, rank: int, world: int, where: str):
+        self.store, self.rank, self.world, self.where = store, rank, world, where
+        self.stop = threading.Event()
+        self.store.set(self.key(rank), "0")
+        self.thread = threading.Thread(target=self._run, name="meshshard-heartbeat", daemon=True)
+        self.thread.start()
+
+    @staticmethod
+    def key(rank: int) -> str:
+        return f"{_HB_PREFIX}{rank}"
+
+    def _run(self) -> None:
+        beat = 0
+        while not self.stop.wait(_HEARTBEAT_S):
+            beat += 1
+            try:
+                self.store.set(self.key(self.rank), str(beat))
+            except Exception:  # noqa: BLE001 - the store's host is gone; lost_ranks reports it
+                return
+
+    def leave(self) -> None:
+        """Stop beating and mark this rank as exited (so peers say "exited", not "no heartbeat")."""
+        if self.stop.is_set():
+            return
+        self.stop.set()
+        self.thread.join(timeout=2 * _HEARTBEAT_S)
+        try:
+            self.store.set(self.key(self.rank), _EXITED)
+        except Exception:  # noqa: BLE001 - store gone: nobody is left to tell
+            pass
+
+
+_heartbeat: Optional[_Heartbeat] = None
+
+
+def _store_address(init_method: Optional[str]) -> Optional[Tuple[str, int]]:
+    if init_method is None or init_method.startswith("env://"):
+        return os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    url = urlparse(init_method)
+    if url.scheme == "tcp" and url.hostname and url.port:
+        return url.hostname, url.port
+    return None  # file:// and others: no second client to open, so no heartbeat
+
+
+def _start_heartbeat(init_method: Optional[str]) -> None:
+    global _heartbeat
+    address = _store_address(init_method)
+    if address is None or dist.get_world_size() == 1:
+        return
+    try:
+        store = dist.TCPStore(address[0], address[1], is_master=False,
+                              timeout=datetime.timedelta(seconds=10), wait_for_workers=False)
+        _heartbeat = _Heartbeat(store, dist.get_rank(), dist.get_world_size(), f"{address[0]}:{address[1]}")
+    except Exception:  # noqa: BLE001 - without it, errors just do not name the lost rank
+        _heartbeat = None
+        return
+    atexit.register(_heartbeat.leave)  # a clean exit (also after an exception) says "exited"
+
+
+def lost_ranks(wait_s: float = _LOST_AFTER_S) -> Dict[int, str]:
+    """Peers of the default group that have died or left, found through their heartbeats.
+
+    Meant for after a collective failed: reads every rank's heartbeat counter and waits up to
+    ``wait_s`` for each to move; a rank that marked itself exited, or whose counter stays still,
+    is lost. If the rendezvous store itself is unreachable, its host (rank 0's process, or the
+    torchrun agent) is gone; that is reported as rank 0. Costs up to ``wait_s`` seconds; call it
+    only on an error path.
+
+    Args:
+        wait_s: seconds to watch the counters.
+
+    Returns:
+        ``{rank: reason}`` for every lost rank (empty when all are alive, or without a group or
+        heartbeat, e.g. a ``file://`` rendezvous).
+    """
+    hb = _heartbeat
+    if hb is None or not is_initialized():
+        return {}
+    peers = [r for r in range(hb.world) if r != hb.rank]
+
+    def read(r: int) -> str:  # a rank that died before its first beat has no key yet
+        return hb.store.get(hb.key(r)).decode() if hb.store.check([hb.key(r)]) else ""
+
+    try:
+        first = {r: read(r) for r in peers}
+    except Exception:  # noqa: BLE001 - store unreachable: its host died
+        return {0: f"unreachable (the rendezvous store at {hb.where}, hosted by rank 0 or the launcher, is gone)"}
+    lost = {r: _EXITED for r, v in first.items() if v == _EXITED}
+    settled = set(lost)  # exited, or seen beating
+    deadline = time.monotonic() + wait_s
+    try:
+        while len(settled) < len(peers) and time.monotonic() < deadline:
+            time.sleep(_HEARTBEAT_S / 2)
+            for r in peers:
+                if r not in settled:
+                    now = read(r)
+                    if now == _EXITED:
+                        lost[r] = _EXITED
+                    if now != first[r]:
+                        settled.add(r)
+    except Exception:  # noqa: BLE001 - another survivor hosting the store left meanwhile
+        waited = wait_s - max(deadline - time.monotonic(), 0.0)
+        lost.update({r: f"no heartbeat for {waited:.1f} s, then the store went away" for r in peers if r not in settled})
+        return dict(sorted(lost.items()))
+    lost.update({r: f"no heartbeat for {wait_s:g} s (killed or frozen)" for r in peers if r not in settled})
+    return dict(sorted(lost.items()))
 
 
 def destroy_distributed(barrier: bool = True) -> None:
@@ -168,7 +323,11 @@ def destroy_distributed(barrier: bool = True) -> None:
         barrier: wait for every rank first; every rank must then call this. Pass ``False`` where
             peers may have failed (a barrier error is ignored either way).
     """
+    global _heartbeat
     if is_initialized():
+        if _heartbeat is not None:
+            _heartbeat.leave()
+            _heartbeat = None
         if barrier and dist.get_world_size() > 1:
             try:
                 dist.barrier()

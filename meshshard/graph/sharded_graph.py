@@ -13,22 +13,32 @@ __all__ = ["ShardedGraph", "build_all_parts"]
 
 
 def _agree(fn: Callable, what: str, group=None):
-    """Run local validation ``fn`` on every rank; if it fails on any rank, raise on every rank.
+    """Run local step ``fn`` on every rank; if it raises on any rank, raise on every rank.
 
-    A rank that raises while the others go on into a collective would hang them; one tiny
-    all-gather of pass/fail flags turns a local error into the same clear error everywhere.
+    A rank that raises while the others go on into a collective would hang them; layer 0's
+    input check (one tiny all-gather of pass/fail flags, then of the messages of the failing
+    ranks) turns a local error into the same error everywhere, naming each failing rank and its
+    cause. In a single process the original exception is raised unchanged.
+
+    Returns:
+        ``fn()``'s result.
     """
+    from meshshard.distributed.autograd import _validate, set_validation
+
     err: Optional[BaseException] = None
     out = None
     try:
         out = fn()
-    except (ValueError, TypeError, FileNotFoundError, RuntimeError) as exc:
+    except Exception as exc:  # noqa: BLE001 - any local failure must reach the other ranks
         err = exc
     if msd.get_world_size(group) > 1 and msd.is_initialized():
-        flags = msd.all_gather_sizes([int(err is not None)], group).view(-1)
-        bad = flags.nonzero().view(-1).tolist()
-        if bad and err is None:
-            raise ValueError(f"{what}: rank(s) {bad} rejected their input (see the error on those ranks)")
+        previous = set_validation(True)  # not a hot loop: agree even where collectives skip checks
+        try:
+            _validate(what, group, [] if err is None else [f"{type(err).__name__}: {err}"])
+        except msd.CollectiveMismatchError as agreed:
+            raise agreed from err
+        finally:
+            set_validation(previous)
     if err is not None:
         raise err
     return out

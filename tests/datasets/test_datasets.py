@@ -83,10 +83,19 @@ def _record_opened_files():
     return opened
 
 
-def _sharded_rank(rank, world_size, roots, references):
+def _sharded_rank(rank, world_size, roots, references, bad):
     from pathlib import Path
 
     from meshshard.datasets import ShardedMeshDataset, model_inputs
+
+    # A bad file on the last rank only: every rank raises, naming that rank and the cause.
+    last = world_size - 1
+    on_last = rf"invalid input on rank\(s\) \[{last}\] \(rank {last}: "
+    with pytest.raises(ValueError, match=on_last + r"ValueError: .*meta.json: not valid JSON"):
+        ShardedMeshDataset(bad["meta"] if rank == last else roots[0])
+    ds = ShardedMeshDataset(bad["part"])
+    with pytest.raises(ValueError, match=r"ShardedGraph.load: " + on_last + rf"ValueError: .*part_{last:04d}.pt: sha256"):
+        ds[0]
 
     opened = _record_opened_files()
     out = {}
@@ -147,9 +156,18 @@ def preprocessed(tmp_path_factory, data_dir):
 
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_sharded_dataset_equals_single_process(preprocessed, references, world_size):
+def test_sharded_dataset_equals_single_process(preprocessed, references, world_size, tmp_path):
+    import shutil
+
     base = preprocessed[world_size]
-    res = run_distributed(_sharded_rank, world_size, timeout=220, args=([base / "fields", base / "markers"], references))
+    bad = {k: tmp_path / k for k in ("meta", "part")}
+    for d in bad.values():
+        shutil.copytree(base / "fields", d)
+    (bad["meta"] / "meta.json").write_text("{ not json")
+    victim = next(bad["part"].glob(f"*/part_{world_size - 1:04d}.pt"))
+    victim.write_bytes(victim.read_bytes()[:-10])
+    res = run_distributed(_sharded_rank, world_size, timeout=220,
+                          args=([base / "fields", base / "markers"], references, bad))
     # every node is owned by exactly one rank
     total = {k: sum(r[k] for r in res) for k in res[0]}
     assert total[str(base / "fields")] == 14831

@@ -1,5 +1,8 @@
 """examples/train_meshgraphnet.py under torchrun with 2 gloo ranks: trains, checks against a
-single-process reference, checkpoints atomically, resumes."""
+single-process reference with a per-step verdict, checkpoints atomically, and resumes with exactly
+the losses of an uninterrupted run."""
+import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -9,6 +12,8 @@ import pytest
 import torch
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_meshgraphnet.py"
+STEP = re.compile(r"step (\d+): loss ([0-9.e+-]+) \(reference [0-9.e+-]+\), relative difference of loss ([0-9.e+-]+) "
+                  r"\(tol 1e-10\), of gradients ([0-9.e+-]+) \(tol 1e-10\): pass")
 
 
 def _torchrun(*args, timeout=240):
@@ -18,7 +23,11 @@ def _torchrun(*args, timeout=240):
     return proc.stdout + proc.stderr
 
 
-@pytest.mark.timeout(300)
+def _losses(out):
+    return {int(m.group(1)): float(m.group(2)) for m in STEP.finditer(out)}
+
+
+@pytest.mark.timeout(420)
 def test_torchrun_two_ranks_check_and_resume(tmp_path, data_dir):
     from meshshard.datasets import preprocess_dataset
 
@@ -27,17 +36,104 @@ def test_torchrun_two_ranks_check_and_resume(tmp_path, data_dir):
                        halo_hops=2, dtype="float64", progress=False)
     ckpt = tmp_path / "ckpt.pt"
     common = ["--data", str(data), "--hidden", "16", "--layers", "2", "--dtype", "float64", "--lr", "1e-3",
-              "--save", str(ckpt), "--save-every", "2"]
-    out = _torchrun(*common, "--steps", "3", "--check", "--exchange", "once")
-    m = re.search(r"largest relative difference of loss ([0-9.e+-]+), of parameter gradients ([0-9.e+-]+) over 3 steps", out)
+              "--save-every", "2", "--check"]
+    # stopped after step 3 of 5, then resumed from its checkpoint
+    out = _torchrun(*common, "--save", str(ckpt), "--steps", "3", "--exchange", "once")
+    m = re.search(r"largest relative difference of loss ([0-9.e+-]+), of parameter gradients ([0-9.e+-]+) over 3 steps: "
+                  r"PASS \(tolerances float64: loss 1e-10, gradients 1e-10\)", out)
     assert m, out
     assert float(m.group(1)) < 1e-10 and float(m.group(2)) < 1e-10, out
     assert "backend gloo" in out and "steps 0..3" in out
     assert "train: 100%" in out and "loss=" in out  # rank 0's progress bar with the whole-mesh loss
+    first = _losses(out)
+    assert sorted(first) == [0, 1, 2], out  # one verdict line per step
     state = torch.load(ckpt, weights_only=True)
     assert state["step"] == 3 and not list(tmp_path.glob(".ckpt.pt.*")), "no temporary checkpoint left"
-    out = _torchrun(*common, "--steps", "5", "--resume", "--check", "--exchange", "per_layer")
+    out = _torchrun(*common, "--save", str(ckpt), "--steps", "5", "--resume", "--exchange", "per_layer")
     assert "steps 3..5" in out, out
-    m = re.search(r"of loss ([0-9.e+-]+), of parameter gradients ([0-9.e+-]+) over 2 steps", out)
-    assert m and float(m.group(1)) < 1e-10 and float(m.group(2)) < 1e-10, out
+    assert re.search(r"over 2 steps: PASS", out), out
+    resumed = {**first, **_losses(out)}
     assert torch.load(ckpt, weights_only=True)["step"] == 5
+    # the same 5 steps without interruption: the same loss at every step
+    out = _torchrun(*common, "--save", str(tmp_path / "whole.pt"), "--steps", "5", "--exchange", "once")
+    whole = _losses(out)
+    assert sorted(whole) == sorted(resumed) == [0, 1, 2, 3, 4], out
+    for step, loss in whole.items():
+        assert abs(resumed[step] - loss) <= 1e-12 * abs(loss), (step, resumed[step], loss)
+
+
+@pytest.fixture(scope="module")
+def one_part_data(tmp_path_factory, data_dir):
+    """The cylinder case preprocessed into 1 part, for single-process runs of the script."""
+    from meshshard.datasets import preprocess_dataset
+
+    data = tmp_path_factory.mktemp("one_part") / "data"
+    preprocess_dataset([data_dir / "cylinder_crossflow_re35.vtu"], data, 1, ["velocity[0,1]"], ["pressure"],
+                       dtype="float64", progress=False)
+    return data
+
+
+@pytest.fixture
+def example(monkeypatch):
+    """The script as a module, run in this process without a process group."""
+    for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(v, raising=False)
+    spec = importlib.util.spec_from_file_location("train_meshgraphnet", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(200)
+def test_check_failure_exits_non_zero(one_part_data, example, monkeypatch, capsys):
+    """A tolerance no difference can meet makes every step FAIL and the exit status 1."""
+    assert example.TOLERANCE["float32"] == {"loss": 1e-5, "grad": 1e-4}  # as the README and --help state
+    monkeypatch.setitem(example.TOLERANCE, "float32", {"loss": -1.0, "grad": -1.0})
+    code = example.main(["--data", str(one_part_data), "--hidden", "8", "--layers", "1", "--steps", "2", "--check"])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert len(re.findall(r"^step \d+: .*\(tol -1\): FAIL$", out, re.M)) == 2, out
+    assert "2 steps: FAIL at steps [0, 1]" in out, out
+
+
+# Runs the script with torch.save replaced by one that dies (os._exit, no clean-up) half-way
+# through writing its third checkpoint.
+_CRASH = """
+import os, runpy, sys, torch
+real_save, calls = torch.save, [0]
+def save(obj, f, *args, **kwargs):
+    calls[0] += 1
+    if calls[0] == 3:
+        with open(f, "wb") as fh:
+            fh.write(b"half a checkpoint")
+        os._exit(9)
+    real_save(obj, f, *args, **kwargs)
+torch.save = save
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.timeout(300)
+def test_crash_while_saving_keeps_the_last_checkpoint(one_part_data, example, tmp_path, capsys):
+    """Killed while writing the step-3 checkpoint: the step-2 one is intact, and --resume from it
+    gives the uninterrupted run's losses (float64, to 1e-12)."""
+    ckpt = tmp_path / "ckpt.pt"
+    common = ["--data", str(one_part_data), "--hidden", "8", "--layers", "2", "--dtype", "float64", "--lr", "1e-3",
+              "--save-every", "1", "--check"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(EXAMPLE.parents[1]), os.environ.get("PYTHONPATH", "")]))
+    for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(v, None)
+    proc = subprocess.run([sys.executable, "-c", _CRASH, str(EXAMPLE), *common, "--save", str(ckpt), "--steps", "4"],
+                          capture_output=True, text=True, timeout=200, env=env)
+    assert proc.returncode == 9, proc.stdout + proc.stderr
+    assert torch.load(ckpt, weights_only=True)["step"] == 2  # the last complete checkpoint, untouched
+    assert example.main([*common, "--save", str(ckpt), "--steps", "4", "--resume"]) == 0
+    resumed = capsys.readouterr().out
+    assert "steps 2..4" in resumed, resumed
+    assert example.main([*common, "--save", str(tmp_path / "whole.pt"), "--steps", "4"]) == 0
+    whole = _losses(capsys.readouterr().out)
+    resumed = _losses(resumed)
+    assert sorted(resumed) == [2, 3] and sorted(whole) == [0, 1, 2, 3]
+    for step, loss in resumed.items():
+        assert abs(loss - whole[step]) <= 1e-12 * abs(whole[step]), (step, loss, whole[step])

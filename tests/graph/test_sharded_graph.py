@@ -285,8 +285,14 @@ def _graph_rank(rank, world, data_dir, parts_dir, bad_dir, own_dirs):
     tgt = torch.full((1,), hi if rank == world - 1 else lo)  # last rank: a target it does not own
     with pytest.raises(ValueError, match="targets|rejected|outside"):
         ShardedGraph.from_global_edges(torch.stack([torch.zeros(1, dtype=torch.long), tgt]), part.sizes)
-    with pytest.raises(ValueError, match="sha256|rejected"):
+    # one rank's part corrupt, or missing: every rank names that rank and the cause
+    last = world - 1
+    agreed = rf"ShardedGraph.load: invalid input on rank\(s\) \[{last}\] \(rank {last}: " if world > 1 else ""
+    with pytest.raises(ValueError, match=agreed + "(ValueError: )?.*part_.*sha256 mismatch"):
         ShardedGraph.load(bad_dir)
+    if world > 1:
+        with pytest.raises(ValueError, match=agreed + f"FileNotFoundError: .*part_{last:04d}.pt not found"):
+            ShardedGraph.load(own_dirs[0] if rank == last else own_dirs[rank])  # the last rank's part is not there
     assert torch.equal(g.exchange(x[g.owned_ids]), x[g.global_ids])  # not desynchronised
     return out
 

@@ -1,0 +1,72 @@
+"""train_step on a sharded graph when one rank goes wrong: bad rows or a NaN on that rank only
+raise on EVERY rank, naming the rank and the cause, before any parameter changes; the group then
+still trains (one spawned group for every check)."""
+import pytest
+import torch
+
+from meshshard.testing import run_distributed
+
+WORLD = 3
+
+
+def _grid(side: int = 6):
+    ids = torch.arange(side * side).view(side, side)
+    right = torch.stack([ids[:, :-1].reshape(-1), ids[:, 1:].reshape(-1)])
+    down = torch.stack([ids[:-1].reshape(-1), ids[1:].reshape(-1)])
+    return side * side, torch.cat([right, down, right.flip(0), down.flip(0)], 1)
+
+
+def _faulty_rank(rank, world):
+    from meshshard.distributed import CollectiveMismatchError, all_gather_into_tensor
+    from meshshard.graph import ShardedGraph
+    from meshshard.models import MeshGraphNet
+    from meshshard.models.training import train_step
+    from meshshard.partitioners import Partition
+
+    n, ei = _grid()
+    g = ShardedGraph.from_partition(ei, Partition(torch.arange(n) * world // n, world))
+    gen = torch.Generator().manual_seed(0)
+    x_all, y_all = torch.randn(n, 3, generator=gen, dtype=torch.float64), torch.randn(n, 1, generator=gen, dtype=torch.float64)
+    x, y = x_all[g.owned_ids], y_all[g.owned_ids]
+    e = torch.ones(g.edge_index.shape[1], 2, dtype=torch.float64)
+    model = MeshGraphNet(3, 2, 1, hidden=8, num_layers=2).double()
+    model.broadcast_parameters(src=0)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    before = [p.detach().clone() for p in model.parameters()]
+
+    y_nan = y.clone()
+    if rank == 1:
+        y_nan[0, 0] = float("nan")
+    with pytest.raises(CollectiveMismatchError,
+                       match=r"invalid input on rank\(s\) \[1\] \(rank 1: FloatingPointError: non-finite loss: y has 1 NaN/inf"):
+        train_step(model, opt, x, e, y_nan, graph=g)
+    x_short = x[:-1] if rank == 2 else x
+    with pytest.raises(CollectiveMismatchError, match=r"rank\(s\) \[2\] \(rank 2: ValueError: x has \d+ rows, expected"):
+        train_step(model, opt, x_short, e, y, graph=g)
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters())), "a failed step changed parameters"
+
+    seen = []
+    loss = train_step(model, opt, x, e, y, graph=g, before_step=lambda l: seen.append(float(l)))
+    assert seen == [loss]
+    losses = all_gather_into_tensor(torch.tensor([loss], dtype=torch.float64)).view(-1)
+    assert bool((losses == losses[0]).all()) and torch.isfinite(losses).all()
+    return loss
+
+
+@pytest.mark.timeout(180)
+def test_one_faulty_rank_fails_every_rank_alike():
+    losses = run_distributed(_faulty_rank, WORLD, timeout=150)
+    assert len(set(losses)) == 1
+
+
+def test_single_process_nan_loss_raises():
+    from meshshard.models import MeshGraphNet
+    from meshshard.models.training import train_step
+
+    n, ei = _grid(3)
+    model = MeshGraphNet(3, 2, 1, hidden=8, num_layers=1)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, e, y = torch.randn(n, 3), torch.ones(ei.shape[1], 2), torch.randn(n, 1)
+    x[2, 1] = float("inf")
+    with pytest.raises(FloatingPointError, match="x has 1 NaN/inf"):
+        train_step(model, opt, x, e, y, edge_index=ei)
