@@ -31,7 +31,15 @@ class DistributedTestError(RuntimeError):
 
 
 class DistributedTimeoutError(TimeoutError):
-    """Some ranks did not finish before the timeout; every rank was killed."""
+    """Some ranks did not finish before the timeout; every rank was killed.
+
+    Attributes:
+        pids (list[int]): process ids of every rank that was started (all killed and joined).
+    """
+
+    def __init__(self, message: str, pids=()):
+        super().__init__(message)
+        self.pids = list(pids)
 
 
 class _RemoteTraceback(Exception):
@@ -147,7 +155,8 @@ def run_distributed(
                 missing = sorted(set(range(world_size)) - set(results))
                 raise DistributedTimeoutError(
                     f"{getattr(fn, '__name__', fn)}: ranks {missing} of {world_size} did not finish "
-                    f"within {timeout:.0f}s (hang or deadlock); all ranks were killed"
+                    f"within {timeout:.0f}s (hang or deadlock); all ranks were killed",
+                    pids=[p.pid for p in procs],
                 )
             try:
                 rank, ok, payload = result_queue.get(timeout=min(0.5, remaining))
@@ -160,7 +169,8 @@ def run_distributed(
                     except queue.Empty:
                         codes = {r: procs[r].exitcode for r in dead}
                         raise DistributedTimeoutError(
-                            f"{getattr(fn, '__name__', fn)}: ranks died without a result (exit codes {codes})"
+                            f"{getattr(fn, '__name__', fn)}: ranks died without a result (exit codes {codes})",
+                            pids=[p.pid for p in procs],
                         ) from None
                 else:
                     continue
