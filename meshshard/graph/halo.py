@@ -12,11 +12,12 @@ compute owned outputs without another exchange (layer ``l`` is exact on rings ``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional, Sequence
 
+import numpy as np
 import torch
 
-__all__ = ["HaloLayout", "check_edge_index", "build_halo", "order_layout"]
+__all__ = ["HaloLayout", "check_edge_index", "build_halo", "build_halos", "order_layout"]
 
 
 @dataclass
@@ -124,7 +125,98 @@ def order_layout(
     return HaloLayout(owned_ids, ghost_ids, owner, owner_index, node_hop, local_ei, eids, ptr)
 
 
-def build_halo(edge_index: torch.Tensor, partition, rank: int, num_hops: int = 1, local_index=None) -> HaloLayout:
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + c)`` for every (start, count) pair, without a Python loop."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+    return np.arange(total, dtype=np.int64) + shift
+
+
+def build_halos(edge_index: torch.Tensor, partition, num_hops: int = 1,
+                parts: Optional[Sequence[int]] = None) -> List[HaloLayout]:
+    """Owned + ghost nodes and local edges of several parts, in one pass over the global graph.
+
+    The edges are grouped by the part owning their target once (a stable radix sort of the
+    ``[E]`` part ids), so building all ``P`` parts costs ``O(E)`` in total instead of ``P``
+    passes with ``[N]``-sized maps. Ghosts are kept as positions in ``partition.perm`` (owner
+    rank, then row in the owner): sorted positions are exactly the owner-grouped ghost order, and
+    global -> local ids is a ``searchsorted`` into them.
+
+    Args:
+        edge_index: ``LongTensor [2, E]`` global edges (row 0 source, row 1 target), validated.
+        partition: a :class:`meshshard.partitioners.Partition` over the same ``N`` nodes.
+        num_hops: halo depth ``k >= 1``.
+        parts: the parts to build (default: all, in rank order).
+
+    Returns:
+        list of :class:`HaloLayout`, one per entry of ``parts``.
+    """
+    src, dst = edge_index[0].numpy(), edge_index[1].numpy()
+    perm, offsets = partition.perm.numpy(), partition.offsets.numpy()
+    pos = np.empty(partition.num_nodes, dtype=np.int64)  # position of every node in perm
+    pos[perm] = np.arange(partition.num_nodes, dtype=np.int64)
+    # part of each edge's target; uint16 keys make numpy's stable argsort a radix sort
+    key = partition.assignment.numpy()[dst]
+    key = key.astype(np.uint16 if partition.num_parts <= 1 << 16 else np.int64)
+    by_part = np.argsort(key, kind="stable")  # ascending edge id inside each part
+    eptr = np.zeros(partition.num_parts + 1, dtype=np.int64)
+    np.cumsum(np.bincount(key, minlength=partition.num_parts), out=eptr[1:])
+    del key
+    by_dst = dptr = None
+    if num_hops > 1:  # CSR of in-edges, to walk from ring h to the edges into it
+        by_dst = np.argsort(dst, kind="stable")
+        dptr = np.zeros(partition.num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst, minlength=partition.num_nodes), out=dptr[1:])
+    layouts = []
+    for r in range(partition.num_parts) if parts is None else parts:
+        lo, hi = int(offsets[r]), int(offsets[r + 1])
+        into = [by_part[eptr[r]:eptr[r + 1]]]  # into[h]: ids of the edges whose target is in ring h
+        rings: List[np.ndarray] = []  # ring h + 1 as sorted positions in perm
+        for h in range(1, num_hops + 1):
+            cand = pos[src[into[-1]]]
+            cand = np.unique(cand[(cand < lo) | (cand >= hi)])
+            if rings:  # drop nodes of inner rings
+                cand = cand[~np.isin(cand, np.concatenate(rings), assume_unique=True)]
+            rings.append(cand)
+            if h < num_hops:
+                g = perm[cand]
+                eids = by_dst[_ranges(dptr[g], dptr[g + 1] - dptr[g])]
+                eids.sort()
+                into.append(eids)
+        ghost_pos = np.concatenate(rings)
+        ghost_hop = np.repeat(np.arange(1, num_hops + 1, dtype=np.int64), [x.size for x in rings])
+        order = np.argsort(ghost_pos, kind="stable")
+        ghost_pos, ghost_hop = ghost_pos[order], ghost_hop[order]
+        owner = np.searchsorted(offsets, ghost_pos, side="right") - 1
+        n_own = hi - lo
+
+        def to_local(g: np.ndarray) -> np.ndarray:
+            p = pos[g]
+            local = p - lo
+            away = (p < lo) | (p >= hi)
+            local[away] = n_own + np.searchsorted(ghost_pos, p[away])
+            return local
+
+        eids = np.concatenate(into)
+        ptr = np.zeros(num_hops + 1, dtype=np.int64)
+        np.cumsum([x.size for x in into], out=ptr[1:])
+        local_ei = np.stack([to_local(src[eids]), to_local(dst[eids])]) if eids.size else np.empty((2, 0), np.int64)
+        layouts.append(HaloLayout(
+            owned_ids=torch.from_numpy(perm[lo:hi].copy()),
+            ghost_ids=torch.from_numpy(perm[ghost_pos]),
+            ghost_owner=torch.from_numpy(owner),
+            ghost_owner_index=torch.from_numpy(ghost_pos - offsets[owner]),
+            node_hop=torch.from_numpy(np.concatenate([np.zeros(n_own, dtype=np.int64), ghost_hop])),
+            edge_index=torch.from_numpy(local_ei),
+            edge_ids=torch.from_numpy(eids),
+            edge_hop_ptr=torch.from_numpy(ptr),
+        ))
+    return layouts
+
+
+def build_halo(edge_index: torch.Tensor, partition, rank: int, num_hops: int = 1) -> HaloLayout:
     """Owned + ghost nodes and local edges of part ``rank`` from the global graph.
 
     Args:
@@ -132,37 +224,8 @@ def build_halo(edge_index: torch.Tensor, partition, rank: int, num_hops: int = 1
         partition: a :class:`meshshard.partitioners.Partition` over the same ``N`` nodes.
         rank: the part to build.
         num_hops: halo depth ``k >= 1``.
-        local_index: optional ``partition.local_index()`` (pass it when building many parts).
 
     Returns:
         :class:`HaloLayout`.
     """
-    n = partition.num_nodes
-    owned = partition.part_nodes(rank)
-    src, dst = edge_index[0], edge_index[1]
-    hop_of = torch.full((n,), -1, dtype=torch.long)
-    hop_of[owned] = 0
-    rings: List[torch.Tensor] = []
-    for h in range(1, num_hops + 1):
-        # Sources of edges into ring h-1 that are not yet local form ring h.
-        into_prev = hop_of[dst] == h - 1
-        cand = src[into_prev]
-        new = torch.unique(cand[hop_of[cand] < 0])
-        hop_of[new] = h
-        rings.append(new)
-    target_hop = hop_of[dst]
-    keep = (target_hop >= 0) & (target_hop < num_hops)
-    eids = keep.nonzero().view(-1)
-    if local_index is None:
-        local_index = partition.local_index()
-    return order_layout(
-        owned,
-        rings,
-        lambda g: partition.assignment[g],
-        lambda g: local_index[g],
-        src[eids],
-        dst[eids],
-        eids,
-        target_hop[eids],
-        num_hops,
-    )
+    return build_halos(edge_index, partition, num_hops, [rank])[0]

@@ -6,7 +6,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 
 from meshshard import distributed as msd
-from meshshard.graph.halo import HaloLayout, build_halo, check_edge_index, order_layout
+from meshshard.graph.halo import HaloLayout, build_halo, build_halos, check_edge_index, order_layout
 from meshshard.graph.plan import ExchangePlan, build_plan_distributed, plans_from_requests
 
 __all__ = ["ShardedGraph", "build_all_parts"]
@@ -40,8 +40,7 @@ def build_all_parts(edge_index: torch.Tensor, partition, halo_hops: int = 1):
     Returns:
         ``(layouts, plans)``: lists of :class:`HaloLayout` and :class:`ExchangePlan`, one per part.
     """
-    local_index = partition.local_index()
-    layouts = [build_halo(edge_index, partition, r, halo_hops, local_index) for r in range(partition.num_parts)]
+    layouts = build_halos(edge_index, partition, halo_hops)
     plans = plans_from_requests([l.ghost_owner for l in layouts], [l.ghost_owner_index for l in layouts])
     return layouts, plans
 
@@ -184,8 +183,7 @@ class ShardedGraph:
             layout = build_halo(ei, partition, r, halo_hops)
             plan = build_plan_distributed(layout.ghost_owner, layout.ghost_owner_index, group)
             return cls(layout, plan, partition.sizes, halo_hops=halo_hops, group=group, global_perm=partition.perm)
-        layouts, plans = build_all_parts(ei, partition, halo_hops) if partition.num_parts > 1 else (
-            [build_halo(ei, partition, 0, halo_hops)], plans_from_requests([torch.empty(0, dtype=torch.long)], [torch.empty(0, dtype=torch.long)]))
+        layouts, plans = build_all_parts(ei, partition, halo_hops)
         return cls(layouts[r], plans[r], partition.sizes, halo_hops=halo_hops, group=group,
                    global_perm=partition.perm, offline=partition.num_parts > 1)
 
