@@ -102,7 +102,7 @@ def save_parts(
     Returns:
         ``Path`` of ``out_dir``.
     """
-    from meshshard.graph.sharded_graph import _check_hops, build_all_parts
+    from meshshard.graph.sharded_graph import _check_hops, iter_all_parts
     from meshshard.partitioners import Partition
 
     if not isinstance(partition, Partition):
@@ -120,15 +120,13 @@ def save_parts(
     # An old meta.json would vouch for files we are about to replace: remove it first.
     (out / "meta.json").unlink(missing_ok=True)
 
-    layouts, plans = build_all_parts(ei, partition, halo_hops)
     files: Dict[str, str] = {}
     files["partition.pt"] = _save_hashed(partition.state_dict(), out / "partition.pt")  # what Partition.save writes
 
     from tqdm import tqdm
 
-    for r in tqdm(range(partition.num_parts), desc="writing parts", disable=not progress):
-        lay, plan = layouts[r], plans[r]
-        layouts[r] = None  # each part's arrays are freed once written
+    parts = iter_all_parts(ei, partition, halo_hops)  # one part's edges in memory at a time
+    for r, (lay, plan) in enumerate(tqdm(parts, total=partition.num_parts, desc="writing parts", disable=not progress)):
         local_ids = torch.cat([lay.owned_ids, lay.ghost_ids])
         part = {
             "format_version": FORMAT_VERSION,
