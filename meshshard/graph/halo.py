@@ -158,9 +158,9 @@ class HaloBuilder:
         n, num_parts = partition.num_nodes, partition.num_parts
         self.pos = np.empty(n, dtype=np.int64)  # position of every node in perm
         self.pos[self.perm] = np.arange(n, dtype=np.int64)
-        # part of each edge's target; uint16 keys make numpy's stable argsort a radix sort
-        key = partition.assignment.numpy()[self.dst]
-        key = key.astype(np.uint16 if num_parts <= 1 << 16 else np.int64)
+        # part of each edge's target; uint16 keys make numpy's stable argsort a radix sort (and the [E]
+        # key array 2 bytes an entry)
+        key = partition.assignment.numpy().astype(np.uint16 if num_parts <= 1 << 16 else np.int64)[self.dst]
         by_part = np.argsort(key, kind="stable")  # ascending edge id inside each part
         # int32 ids halve the one [E] array kept while parts are built
         self.by_part = by_part.astype(np.int32) if self.src.size < 1 << 31 else by_part

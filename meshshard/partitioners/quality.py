@@ -47,8 +47,10 @@ def partition_quality(part: Partition, edge_index, weights=None) -> Dict[str, fl
     part_w = np.bincount(a, weights=w, minlength=part.num_parts)
     mean = part_w.sum() / part.num_parts
     imbalance = float(part_w.max() / mean) if mean > 0 else 1.0
-    # every figure below counts cut edges only: deduplicate those, not the whole graph
-    lo, hi, _ = undirected_pairs(ei[:, a[ei[0]] != a[ei[1]]], n)
+    # every figure below counts cut edges only: deduplicate those, not the whole graph (part ids
+    # in the smallest dtype keep the two [E] temporaries small)
+    small = a.astype(np.min_scalar_type(part.num_parts))
+    lo, hi, _ = undirected_pairs(ei[:, small[ei[0]] != small[ei[1]]], n)
     pa, pb = a[lo], a[hi]
     p = np.int64(part.num_parts)
     # ghost of part p: (p, v) with v outside p next to p; both directions of each cut edge
