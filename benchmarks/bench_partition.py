@@ -10,17 +10,22 @@ Every figure is a ratio against a baseline measured in the same run:
 3. memory: peak memory of partitioning 1e7 (quick: 3e5) points as a multiple of the points
    array's bytes, measured in a fresh subprocess both as the resident-set peak above the RSS
    before the call (Linux VmHWM after resetting it through /proc/self/clear_refs; everything,
-   torch included) and, in a second call, as the tracemalloc peak (numpy allocations).
+   torch included) and, in a second call, as the tracemalloc peak (numpy allocations);
+4. ``meshshard partition -m graph -k 16`` end to end (quick: ``-k 4``) on a generated hexahedral box
+   of 127^3 = 2.05M nodes (quick: 30^3), run in a subprocess with its phases timed: total time /
+   (read + edge build + METIS) of the same run, and each phase's peak memory (VmHWM) / the mesh
+   arrays (points + cells), twice (quick: once).
 
 A last table checks issue 2's targets against the figures above: morton and hilbert <= 2x and
 kdtree <= 3x the argsort time at the largest N (stated for 1e7); imbalance (max part weight /
 mean, itself a ratio) <= 1.01 for the geometric methods; refined edge cut <= 1.3x METIS's for
-kdtree and hilbert on every mesh; hilbert's total cut below morton's.
+kdtree and hilbert on every mesh; hilbert's total cut below morton's; and issue 13's for section
+4: total <= 1.5x (read + edges + METIS), peak memory above the imports <= 3x the mesh arrays.
 
 Usage::
 
     python benchmarks/bench_partition.py            # full: 1e5, 1e6, 1e7 points, ~1M-triangle mesh
-    python benchmarks/bench_partition.py --only quality   # one section (speed, quality, memory)
+    python benchmarks/bench_partition.py --only quality   # one section (speed, quality, memory, cli)
     python benchmarks/bench_partition.py --quick    # 1e5 / 1e6 points, small gmsh mesh, 3e5-point memory run
 """
 from __future__ import annotations

@@ -25,9 +25,10 @@ Each ``part_XXXX.pt`` (``torch.save`` of plain tensors, readable with ``weights_
     node_data          {name: Tensor [n_own + n_ghost, ...]}  owned then ghost rows
     edge_data          {name: Tensor [E_local, ...]}
 
-``meta.json["files"]`` maps every file name to its sha256. Every file is written under a temporary
-name and renamed into place, ``meta.json`` last (after removing an old one first), so an
-interrupted run leaves no directory that reads as complete.
+``meta.json["files"]`` maps every file name to its sha256 (hashed while written; the same input
+gives byte-identical files). Every file is written under a temporary name and renamed into place,
+``meta.json`` last (after removing an old one first), so an interrupted run leaves no directory
+that reads as complete.
 """
 from __future__ import annotations
 
