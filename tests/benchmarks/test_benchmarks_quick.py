@@ -31,7 +31,7 @@ def test_bench_partition():
     for mesh in ("naca0012_inviscid.su2", "brick_tets.su2", "cylinder_crossflow_re35.vtu"):
         assert _table_rows(out, mesh), mesh
     assert "peak memory" in out and "targets of issue 2" in out
-    assert len(_table_rows(out, "27,000")) == 1  # the end-to-end `meshshard partition` section
+    assert len(_table_rows(out, "27,000")) == 2  # `meshshard partition` end to end: time and memory rows
 
 
 @pytest.mark.timeout(180)
