@@ -132,7 +132,8 @@ def cell_edges(cell_type: str, cells: np.ndarray) -> np.ndarray:
 
 def _edge_index_from_keys(key: np.ndarray, n: np.int64) -> torch.Tensor:
     """Both directions of the distinct undirected edges ``key = lo * n + hi`` (``lo < hi``; negative
-    keys are dropped), sorted by (row 0, row 1). Sorts ``key`` in place."""
+    keys are dropped), sorted by (row 0, row 1). Sorts ``key`` in place; once deduplicated it is no
+    longer referenced here, so a caller that keeps no name for it gets its memory back early."""
     key.sort()  # sort + neighbour compare: np.unique is several times slower on 1e7 keys here
     key = key[np.searchsorted(key, 0):]
     if key.size:
@@ -190,6 +191,12 @@ def edge_index_from_cells(cells: Mapping[str, np.ndarray], num_nodes: int) -> to
     if not blocks:
         return torch.empty(2, 0, dtype=torch.long)
     n = np.int64(max(num_nodes, 1))
+    # the keys are passed without a name here, so the callee frees them once deduplicated
+    return _edge_index_from_keys(_edge_keys(blocks, n), n)
+
+
+def _edge_keys(blocks, n: np.int64) -> np.ndarray:
+    """``min * n + max`` of every element edge of every (cells, local edge table) block; -1 for self loops."""
     key = np.empty(sum(len(c) * len(local) for c, local in blocks), dtype=np.int64)
     at = 0
     for c, local in blocks:
@@ -200,4 +207,4 @@ def edge_index_from_cells(cells: Mapping[str, np.ndarray], num_nodes: int) -> to
             seg += np.maximum(a, b)
             seg[a == b] = -1  # self loop (a degenerate cell)
             at += len(c)
-    return _edge_index_from_keys(key, n)
+    return key
