@@ -10,7 +10,11 @@ Every figure is a ratio against a baseline measured in the same run:
 3. memory: peak memory of partitioning 1e7 (quick: 3e5) points as a multiple of the points
    array's bytes, measured in a fresh subprocess both as the resident-set peak above the RSS
    before the call (Linux VmHWM after resetting it through /proc/self/clear_refs; everything,
-   torch included) and, in a second call, as the tracemalloc peak (numpy allocations).
+   torch included) and, in a second call, as the tracemalloc peak (numpy allocations);
+4. ``meshshard partition -m graph -k 16`` end to end (quick: ``-k 4``) on a generated hexahedral box
+   of 127^3 = 2.05M nodes (quick: 30^3), run in a subprocess with its phases timed: total time /
+   (read + edge build + METIS) of the same run, and each phase's peak memory (VmHWM) / the mesh
+   arrays (points + cells), twice (quick: once).
 
 4. engines: edge cut, imbalance and time of the graph engines (KaMinPar, Mt-KaHyPar) and of
    recursive inertial bisection (plain and refined; kdtree plain beside it) on the real meshes,
@@ -22,12 +26,13 @@ Every figure is a ratio against a baseline measured in the same run:
 A last table checks issue 2's targets against the figures above: morton and hilbert <= 2x and
 kdtree <= 3x the argsort time at the largest N (stated for 1e7); imbalance (max part weight /
 mean, itself a ratio) <= 1.01 for the geometric methods; refined edge cut <= 1.3x METIS's for
-kdtree and hilbert on every mesh; hilbert's total cut below morton's.
+kdtree and hilbert on every mesh; hilbert's total cut below morton's; and issue 13's for section
+4: total <= 1.5x (read + edges + METIS), peak memory above the imports <= 3x the mesh arrays.
 
 Usage::
 
     python benchmarks/bench_partition.py            # full: 1e5, 1e6, 1e7 points, ~1M-triangle mesh
-    python benchmarks/bench_partition.py --only quality   # one section (speed, quality, memory, engines, distributed)
+    python benchmarks/bench_partition.py --only quality   # one section (speed, quality, memory, engines, distributed, cli)
     python benchmarks/bench_partition.py --quick    # 1e5 / 1e6 points, small gmsh mesh, 3e5-point memory run
 """
 from __future__ import annotations
@@ -98,6 +103,8 @@ def bench_speed(sizes, num_parts: int):
 SPEED_TARGETS = {"morton": 2.0, "hilbert": 2.0, "kdtree": 3.0}
 IMBALANCE_TARGET = 1.01
 REFINED_CUT_TARGET = {"kdtree": 1.3, "hilbert": 1.3}
+#: issue 13 item 5: the whole `meshshard partition -m graph` command against its unavoidable part, at >= 2M nodes
+CLI_TIME_TARGET, CLI_MEMORY_TARGET = 1.5, 3.0
 
 
 def gmsh_channel(h: float):
@@ -312,13 +319,142 @@ def bench_distributed(n: int, worlds, methods=("hilbert", "kdtree")):
                   f"{'yes' if torch.equal(got, ref.assignment) else 'NO'} |")
 
 
+def box_hex_mesh(n_side: int, seed: int = 0):
+    """A hexahedral box of ``n_side**3`` nodes with an unstructured-style node numbering.
+
+    A structured ``[0, 1]^3`` grid, nodes jittered by up to 20% of the spacing and numbered in a
+    random order (as a mesh generator's output is: neighbours far apart in memory).
+    Returns ``(points float64 [N, 3], hexahedra int64 [(n_side - 1)**3, 8])`` in VTK node order.
+    """
+    rng = np.random.default_rng(seed)
+    s = n_side
+    axis = np.linspace(0.0, 1.0, s)
+    pts = np.stack(np.meshgrid(axis, axis, axis, indexing="ij"), -1).reshape(-1, 3)
+    pts += rng.uniform(-0.2 / s, 0.2 / s, pts.shape)
+    i = np.arange(s - 1)
+    corner = (i[:, None, None] * s * s + i[None, :, None] * s + i[None, None, :]).reshape(-1)
+    # VTK hexahedron: bottom face (z = k) counter-clockwise, then the top face (k + 1)
+    hexes = corner[:, None] + np.array([0, s * s, s * s + s, s, 1, s * s + 1, s * s + s + 1, s + 1])
+    new_id = rng.permutation(pts.shape[0])
+    out = np.empty_like(pts)
+    out[new_id] = pts
+    return out, new_id[hexes]
+
+
+# Runs `meshshard partition` in this child with its phases wrapped: phases and total come from one run.
+# Total = child start (before importing meshshard) to the end of the command. Each phase's memory peak is
+# its VmHWM after resetting the high-water mark (Linux /proc/self/clear_refs) when it starts.
+_CLI_CHILD = r"""
+import json, sys, time
+t_start = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+import meshshard.cli, meshshard.io, meshshard.datasets.fields, meshshard.partitioners, meshshard.graph
+import meshshard.graph.halo
+
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(field + ":"))
+
+times, peaks, mem = {}, {}, {"peak": 0}
+
+def reset_hwm():
+    mem["peak"] = max(mem["peak"], status("VmHWM"))
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+def timed(module, attr, phase, after=None, nested=False):
+    fn = getattr(module, attr)
+    def wrapper(*a, **k):
+        if phase == "read":  # imports, argument parsing and output-folder checks are done
+            mem["rss_before"], mem["t_imports"] = status("VmRSS"), time.perf_counter() - t_start
+        if not nested:  # a nested phase's memory counts in the phase around it
+            reset_hwm()
+        t0 = time.perf_counter()
+        out = fn(*a, **k)
+        times[phase] = times.get(phase, 0.0) + time.perf_counter() - t0
+        if not nested:
+            peaks[phase] = status("VmHWM")
+        if after:
+            after(out)
+        return out
+    setattr(module, attr, wrapper)
+
+timed(meshshard.io, "read_mesh", "read",
+      lambda m: mem.update(mesh_bytes=m.points.nbytes + sum(c.nbytes for c in m.cells.values())))
+timed(meshshard.datasets.fields, "mesh_graph", "edges")
+timed(meshshard.partitioners, "partition", "metis")
+for method in ("__init__", "ghosts", "layout"):  # save_parts builds the halos part by part as it writes
+    timed(meshshard.graph.halo.HaloBuilder, method, "halo", nested=True)
+timed(meshshard.partitioners, "partition_quality", "quality", nested=True)
+timed(meshshard.graph, "save_parts", "save")
+rc = meshshard.cli.main(["partition"] + sys.argv[2:])
+total = time.perf_counter() - t_start
+reset_hwm()
+print(json.dumps({"rc": rc, "times": times, "peaks": peaks, "total": total, **mem}))
+"""
+
+
+def bench_cli(n_side: int, num_parts: int, repeat: int):
+    """End-to-end ``meshshard partition -m graph`` on a generated hex box: phase times and peak memory."""
+    import tempfile
+
+    import meshio
+
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        pts, hexes = box_hex_mesh(n_side)
+        src = Path(tmp) / "box.vtu"
+        t0 = time.perf_counter()
+        meshio.write(src, meshio.Mesh(pts, [("hexahedron", hexes)]), binary=True, compression=None)
+        t_write, vtu_mib = time.perf_counter() - t0, src.stat().st_size / 2**20
+        del pts, hexes
+        for _ in range(repeat):
+            cmd = [sys.executable, "-c", _CLI_CHILD, str(ROOT), str(src), "-k", str(num_parts), "-m", "graph",
+                   "-o", str(Path(tmp) / "out"), "-q"]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"meshshard partition failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+            results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+    n = f"{n_side ** 3:,}"
+    print(f"\n## 4. `meshshard partition -m graph -k {num_parts}` end to end on a {n_side}^3-node hexahedral box "
+          f"({(n_side - 1) ** 3:,} hexahedra; {vtu_mib:.0f} MiB .vtu written by meshio in {t_write:.1f} s)\n")
+    print("Seconds per phase; base = read + edges + METIS of the same run; imports = process start to the "
+          "start of reading; other = the source file's sha256, meta.json, printing.\n")
+    print("| N | run | read | edges | METIS | halo | write | quality | imports | other | total | total / base "
+          "| (total - imports) / base |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for run, r in enumerate(results, 1):
+        t = r["times"]
+        base = t["read"] + t["edges"] + t["metis"]
+        write = t["save"] - t["halo"] - t["quality"]
+        other = r["total"] - r["t_imports"] - base - t["save"]
+        peak_net = (r["peak"] - r["rss_before"]) / r["mesh_bytes"]
+        rows.append({"total_ratio": r["total"] / base, "peak_net_ratio": peak_net})
+        print(f"| {n} | {run} | {t['read']:.1f} | {t['edges']:.1f} | {t['metis']:.1f} | {t['halo']:.1f} "
+              f"| {write:.1f} | {t['quality']:.1f} | {r['t_imports']:.1f} | {other:.1f} | {r['total']:.1f} "
+              f"| {rows[-1]['total_ratio']:.2f} | {(r['total'] - r['t_imports']) / base:.2f} |")
+    mesh_mib = results[0]["mesh_bytes"] / 2**20
+    print(f"\nPeak memory of each phase (its VmHWM - the RSS before reading, imports done) / mesh arrays "
+          f"(points + cells, {mesh_mib:.0f} MiB); last column: the process's peak RSS, imports included.\n")
+    print("| N | run | read | edges | METIS | halo + write + quality | whole command | whole command incl. imports |")
+    print("|---|---|---|---|---|---|---|---|")
+    for run, (r, row) in enumerate(zip(results, rows), 1):
+        ratio = {k: (v - r["rss_before"]) / r["mesh_bytes"] for k, v in r["peaks"].items()}
+        after = ratio["save"]
+        print(f"| {n} | {run} | {ratio['read']:.2f} | {ratio['edges']:.2f} | {ratio['metis']:.2f} | {after:.2f} "
+              f"| {row['peak_net_ratio']:.2f} | {r['peak'] / r['mesh_bytes']:.2f} |")
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1e5 / 1e6 points and a small gmsh mesh (< 1 min)")
     ap.add_argument("--parts", type=int, default=8, help="parts for the speed and memory runs (default 8)")
     ap.add_argument("--quality-parts", type=int, default=7, help="parts for the quality table (default 7)")
-    ap.add_argument("--only", default="speed,quality,memory,engines,distributed",
-                    help="comma-separated sections to run (default: speed,quality,memory,engines,distributed)")
+    ap.add_argument("--only", default="speed,quality,memory,engines,distributed,cli",
+                    help="comma-separated sections to run (default: speed,quality,memory,engines,distributed,cli)")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     sizes = [100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
@@ -348,9 +484,17 @@ def main(argv=None) -> int:
         bench_engines(args.quality_parts, ["naca0012_inviscid.su2"] if args.quick else MESHES)
     if "distributed" in only:
         bench_distributed(100_000 if args.quick else 2_000_000, [2, 4])
+    if "cli" in only:
+        # 127^3 = 2.05M nodes (quick: 30^3 = 27k); 2 runs for a range
+        for row in bench_cli(30 if args.quick else 127, 16 if not args.quick else 4, 1 if args.quick else 2):
+            checks.append(("`meshshard partition -m graph` total / (read + edges + METIS)", row["total_ratio"],
+                           "<=", CLI_TIME_TARGET))
+            checks.append(("`meshshard partition -m graph` (peak RSS - RSS of the imports) / mesh arrays",
+                           row["peak_net_ratio"], "<=", CLI_MEMORY_TARGET))
     if checks:
         note = " (quick run: the speed targets are stated for N = 1e7)" if args.quick else ""
-        print(f"\n## targets of issue 2{note}\n")
+        print(f"\n## targets of issue 2 (speed, quality) and issue 13 item 5 (`meshshard partition`, stated for "
+              f">= 2M nodes){note}\n")
         print("| figure | measured | target | met |")
         print("|---|---|---|---|")
         for what, value, op, target in checks:

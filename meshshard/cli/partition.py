@@ -100,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with progress(3, "meshshard partition", not args.quiet) as bar:
         mesh, edge_index, graph_info = load_mesh_and_graph(src, args.knn, bar)
+        mesh.cells.clear()  # the graph is built: free the element arrays before METIS and the part files
         part = run_partition(mesh, edge_index, args.num_parts, args.method, args.seed, not args.no_refine, bar)
     node_data = {"pos": torch.from_numpy(mesh.points)}
     skipped = []

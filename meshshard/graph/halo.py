@@ -12,11 +12,12 @@ compute owned outputs without another exchange (layer ``l`` is exact on rings ``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List
+from typing import List, Optional, Sequence
 
+import numpy as np
 import torch
 
-__all__ = ["HaloLayout", "check_edge_index", "build_halo", "order_layout"]
+__all__ = ["HaloLayout", "HaloBuilder", "check_edge_index", "build_halo", "build_halos", "order_layout"]
 
 
 @dataclass
@@ -124,7 +125,148 @@ def order_layout(
     return HaloLayout(owned_ids, ghost_ids, owner, owner_index, node_hop, local_ei, eids, ptr)
 
 
-def build_halo(edge_index: torch.Tensor, partition, rank: int, num_hops: int = 1, local_index=None) -> HaloLayout:
+def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + c)`` for every (start, count) pair, without a Python loop."""
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, dtype=np.int64)
+    shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+    return np.arange(total, dtype=np.int64) + shift
+
+
+class HaloBuilder:
+    """Halo layouts of the parts of one partitioned graph, built from one pass over its edges.
+
+    The edges are grouped by the part owning their target once (a stable radix sort of the
+    ``[E]`` part ids), so building all ``P`` parts costs ``O(E)`` in total instead of ``P``
+    passes with ``[N]``-sized maps. Ghosts are kept as positions in ``partition.perm`` (owner
+    rank, then row in the owner): sorted positions are exactly the owner-grouped ghost order, and
+    global -> local ids is a ``searchsorted`` into them. :meth:`ghosts` (small) and
+    :meth:`layout` (a part's edges) are separate, so a writer can plan the exchange from every
+    part's ghosts and then hold one part's edges at a time.
+
+    Args:
+        edge_index: ``LongTensor [2, E]`` global edges (row 0 source, row 1 target), validated.
+        partition: a :class:`meshshard.partitioners.Partition` over the same ``N`` nodes.
+        num_hops: halo depth ``k >= 1``.
+    """
+
+    def __init__(self, edge_index: torch.Tensor, partition, num_hops: int = 1) -> None:
+        self.num_hops = int(num_hops)
+        self.src, self.dst = edge_index[0].numpy(), edge_index[1].numpy()
+        self.perm, self.offsets = partition.perm.numpy(), partition.offsets.numpy()
+        n, num_parts = partition.num_nodes, partition.num_parts
+        self.pos = np.empty(n, dtype=np.int64)  # position of every node in perm
+        self.pos[self.perm] = np.arange(n, dtype=np.int64)
+        # part of each edge's target; uint16 keys make numpy's stable argsort a radix sort (and the [E]
+        # key array 2 bytes an entry)
+        key = partition.assignment.numpy().astype(np.uint16 if num_parts <= 1 << 16 else np.int64)[self.dst]
+        by_part = np.argsort(key, kind="stable")  # ascending edge id inside each part
+        # int32 ids halve the one [E] array kept while parts are built
+        self.by_part = by_part.astype(np.int32) if self.src.size < 1 << 31 else by_part
+        del by_part
+        self.eptr = np.zeros(num_parts + 1, dtype=np.int64)
+        np.cumsum(np.bincount(key, minlength=num_parts), out=self.eptr[1:])
+        del key
+        if self.num_hops > 1:  # CSR of in-edges, to walk from ring h to the edges into it
+            self.by_dst = np.argsort(self.dst, kind="stable")
+            self.dptr = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.bincount(self.dst, minlength=n), out=self.dptr[1:])
+        self._ghosts: dict = {}
+
+    def _rings(self, rank: int):
+        """(ghost positions sorted, their rings, ids of the edges into rings 1..k-1 per ring)."""
+        if rank in self._ghosts:
+            return self._ghosts[rank]
+        lo, hi = int(self.offsets[rank]), int(self.offsets[rank + 1])
+        into = self.by_part[self.eptr[rank]:self.eptr[rank + 1]]  # edges into ring h - 1
+        rings: List[np.ndarray] = []  # ring h + 1 as sorted positions in perm
+        deeper: List[np.ndarray] = []  # edges into rings 1..k-1
+        for h in range(1, self.num_hops + 1):
+            cand = self.pos[self.src[into]]
+            cand = np.unique(cand[(cand < lo) | (cand >= hi)])
+            if rings:  # drop nodes of inner rings
+                cand = cand[~np.isin(cand, np.concatenate(rings), assume_unique=True)]
+            rings.append(cand)
+            if h < self.num_hops:
+                g = self.perm[cand]
+                into = self.by_dst[_ranges(self.dptr[g], self.dptr[g + 1] - self.dptr[g])]
+                into.sort()
+                deeper.append(into)
+        ghost_pos = np.concatenate(rings)
+        ghost_hop = np.repeat(np.arange(1, self.num_hops + 1, dtype=np.int64), [x.size for x in rings])
+        order = np.argsort(ghost_pos, kind="stable")
+        self._ghosts[rank] = ghost_pos[order], ghost_hop[order], deeper
+        return self._ghosts[rank]
+
+    def ghosts(self, rank: int):
+        """``(ghost_owner, ghost_owner_index)`` of part ``rank``: LongTensors ``[n_ghost]``.
+
+        Args:
+            rank: the part.
+        """
+        return self._owner_rows(self._rings(rank)[0])
+
+    def _owner_rows(self, ghost_pos: np.ndarray):
+        owner = np.searchsorted(self.offsets, ghost_pos, side="right") - 1
+        return torch.from_numpy(owner), torch.from_numpy(ghost_pos - self.offsets[owner])
+
+    def layout(self, rank: int) -> HaloLayout:
+        """The :class:`HaloLayout` of part ``rank`` (its ghost lists are then dropped from the cache).
+
+        Args:
+            rank: the part.
+        """
+        ghost_pos, ghost_hop, deeper = self._rings(rank)
+        del self._ghosts[rank]
+        lo, hi = int(self.offsets[rank]), int(self.offsets[rank + 1])
+        n_own = hi - lo
+        ghost_owner, ghost_owner_index = self._owner_rows(ghost_pos)
+
+        def to_local(g: np.ndarray) -> np.ndarray:
+            p = self.pos[g]
+            local = p - lo
+            away = (p < lo) | (p >= hi)
+            local[away] = n_own + np.searchsorted(ghost_pos, p[away])
+            return local
+
+        into = [self.by_part[self.eptr[rank]:self.eptr[rank + 1]]] + deeper
+        eids = np.concatenate(into).astype(np.int64, copy=False)
+        ptr = np.zeros(self.num_hops + 1, dtype=np.int64)
+        np.cumsum([x.size for x in into], out=ptr[1:])
+        src, dst = self.src[eids], self.dst[eids]
+        local_ei = np.stack([to_local(src), to_local(dst)]) if eids.size else np.empty((2, 0), np.int64)
+        return HaloLayout(
+            owned_ids=torch.from_numpy(self.perm[lo:hi].copy()),
+            ghost_ids=torch.from_numpy(self.perm[ghost_pos]),
+            ghost_owner=ghost_owner,
+            ghost_owner_index=ghost_owner_index,
+            node_hop=torch.from_numpy(np.concatenate([np.zeros(n_own, dtype=np.int64), ghost_hop])),
+            edge_index=torch.from_numpy(local_ei),
+            edge_ids=torch.from_numpy(eids),
+            edge_hop_ptr=torch.from_numpy(ptr),
+        )
+
+
+def build_halos(edge_index: torch.Tensor, partition, num_hops: int = 1,
+                parts: Optional[Sequence[int]] = None) -> List[HaloLayout]:
+    """Owned + ghost nodes and local edges of several parts, in one pass over the global graph
+    (:class:`HaloBuilder`).
+
+    Args:
+        edge_index: ``LongTensor [2, E]`` global edges (row 0 source, row 1 target), validated.
+        partition: a :class:`meshshard.partitioners.Partition` over the same ``N`` nodes.
+        num_hops: halo depth ``k >= 1``.
+        parts: the parts to build (default: all, in rank order).
+
+    Returns:
+        list of :class:`HaloLayout`, one per entry of ``parts``.
+    """
+    builder = HaloBuilder(edge_index, partition, num_hops)
+    return [builder.layout(r) for r in (range(partition.num_parts) if parts is None else parts)]
+
+
+def build_halo(edge_index: torch.Tensor, partition, rank: int, num_hops: int = 1) -> HaloLayout:
     """Owned + ghost nodes and local edges of part ``rank`` from the global graph.
 
     Args:
@@ -132,37 +274,8 @@ def build_halo(edge_index: torch.Tensor, partition, rank: int, num_hops: int = 1
         partition: a :class:`meshshard.partitioners.Partition` over the same ``N`` nodes.
         rank: the part to build.
         num_hops: halo depth ``k >= 1``.
-        local_index: optional ``partition.local_index()`` (pass it when building many parts).
 
     Returns:
         :class:`HaloLayout`.
     """
-    n = partition.num_nodes
-    owned = partition.part_nodes(rank)
-    src, dst = edge_index[0], edge_index[1]
-    hop_of = torch.full((n,), -1, dtype=torch.long)
-    hop_of[owned] = 0
-    rings: List[torch.Tensor] = []
-    for h in range(1, num_hops + 1):
-        # Sources of edges into ring h-1 that are not yet local form ring h.
-        into_prev = hop_of[dst] == h - 1
-        cand = src[into_prev]
-        new = torch.unique(cand[hop_of[cand] < 0])
-        hop_of[new] = h
-        rings.append(new)
-    target_hop = hop_of[dst]
-    keep = (target_hop >= 0) & (target_hop < num_hops)
-    eids = keep.nonzero().view(-1)
-    if local_index is None:
-        local_index = partition.local_index()
-    return order_layout(
-        owned,
-        rings,
-        lambda g: partition.assignment[g],
-        lambda g: local_index[g],
-        src[eids],
-        dst[eids],
-        eids,
-        target_hop[eids],
-        num_hops,
-    )
+    return build_halos(edge_index, partition, num_hops, [rank])[0]

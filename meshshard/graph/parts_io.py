@@ -25,12 +25,14 @@ Each ``part_XXXX.pt`` (``torch.save`` of plain tensors, readable with ``weights_
     node_data          {name: Tensor [n_own + n_ghost, ...]}  owned then ghost rows
     edge_data          {name: Tensor [E_local, ...]}
 
-``meta.json["files"]`` maps every file name to its sha256. Every file is written under a temporary
-name and renamed into place, ``meta.json`` last (after removing an old one first), so an
-interrupted run leaves no directory that reads as complete.
+``meta.json["files"]`` maps every file name to its sha256 (hashed while written; the same input
+gives byte-identical files). Every file is written under a temporary name and renamed into place,
+``meta.json`` last (after removing an old one first), so an interrupted run leaves no directory
+that reads as complete.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -38,7 +40,7 @@ from typing import Dict, List, Optional, Union
 
 import torch
 
-from meshshard._fileutil import atomic_path, atomic_torch_save, sha256_file
+from meshshard._fileutil import atomic_path, sha256_file
 from meshshard.graph.halo import check_edge_index
 
 __all__ = ["FORMAT_VERSION", "save_parts", "read_meta", "verify_parts", "load_part", "part_file_name"]
@@ -101,7 +103,7 @@ def save_parts(
     Returns:
         ``Path`` of ``out_dir``.
     """
-    from meshshard.graph.sharded_graph import _check_hops, build_all_parts
+    from meshshard.graph.sharded_graph import _check_hops, iter_all_parts
     from meshshard.partitioners import Partition
 
     if not isinstance(partition, Partition):
@@ -119,15 +121,13 @@ def save_parts(
     # An old meta.json would vouch for files we are about to replace: remove it first.
     (out / "meta.json").unlink(missing_ok=True)
 
-    layouts, plans = build_all_parts(ei, partition, halo_hops)
     files: Dict[str, str] = {}
-    partition.save(out / "partition.pt")
-    files["partition.pt"] = sha256_file(out / "partition.pt")
+    files["partition.pt"] = _save_hashed(partition.state_dict(), out / "partition.pt")  # what Partition.save writes
 
     from tqdm import tqdm
 
-    for r in tqdm(range(partition.num_parts), desc="writing parts", disable=not progress):
-        lay, plan = layouts[r], plans[r]
+    parts = iter_all_parts(ei, partition, halo_hops)  # one part's edges in memory at a time
+    for r, (lay, plan) in enumerate(tqdm(parts, total=partition.num_parts, desc="writing parts", disable=not progress)):
         local_ids = torch.cat([lay.owned_ids, lay.ghost_ids])
         part = {
             "format_version": FORMAT_VERSION,
@@ -136,7 +136,7 @@ def save_parts(
             "num_nodes": n,
             "num_edges": int(ei.shape[1]),
             "halo_hops": halo_hops,
-            "owned_ids": lay.owned_ids.clone(),
+            "owned_ids": lay.owned_ids,
             "ghost_ids": lay.ghost_ids,
             "ghost_owner": lay.ghost_owner,
             "ghost_owner_index": lay.ghost_owner_index,
@@ -147,12 +147,12 @@ def save_parts(
             "send_index": plan.send_index,
             "send_counts": plan.send_counts,
             "sizes": list(partition.sizes),
-            "node_data": {k: v[local_ids].clone() for k, v in nodes.items()},
-            "edge_data": {k: v[lay.edge_ids].clone() for k, v in edges.items()},
+            # indexing copies: the part file holds only these rows, not the [N] / [E] arrays
+            "node_data": {k: v[local_ids] for k, v in nodes.items()},
+            "edge_data": {k: v[lay.edge_ids] for k, v in edges.items()},
         }
         name = part_file_name(r)
-        atomic_torch_save(part, out / name)
-        files[name] = sha256_file(out / name)
+        files[name] = _save_hashed(part, out / name)
 
     # parts of an earlier run with more parts would look like ours to a reader that globs: remove them
     for stale in out.glob("part_*.pt"):
@@ -182,6 +182,34 @@ def save_parts(
     with atomic_path(out / "meta.json") as tmp:
         tmp.write_text(json.dumps(info, indent=2, default=_json_default))
     return out
+
+
+class _HashingWriter:
+    """A file object for ``torch.save`` that hashes the bytes on their way to the file."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.sha = hashlib.sha256()
+
+    def write(self, b) -> int:
+        self.sha.update(b)
+        return self.f.write(b)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def _save_hashed(obj, path: Path) -> str:
+    """``torch.save`` to ``path`` atomically; the sha256 of the bytes, without reading the file back.
+
+    Saving through a stream also names the archive's records ``archive/...`` instead of after the
+    random temporary file, so equal parts give byte-identical files (and checksums) on every run.
+    """
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            writer = _HashingWriter(f)
+            torch.save(obj, writer)
+    return writer.sha.hexdigest()
 
 
 def _json_default(o):

@@ -1,15 +1,15 @@
 """``ShardedGraph``: one rank's view of a partitioned graph (owned + ghost nodes, exchange plan)."""
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
 from meshshard import distributed as msd
-from meshshard.graph.halo import HaloLayout, build_halo, check_edge_index, order_layout
+from meshshard.graph.halo import HaloBuilder, HaloLayout, build_halo, check_edge_index, order_layout
 from meshshard.graph.plan import ExchangePlan, build_plan_distributed, plans_from_requests
 
-__all__ = ["ShardedGraph", "build_all_parts"]
+__all__ = ["ShardedGraph", "build_all_parts", "iter_all_parts"]
 
 
 def _agree(fn: Callable, what: str, group=None):
@@ -44,16 +44,44 @@ def _agree(fn: Callable, what: str, group=None):
     return out
 
 
+def iter_all_parts(edge_index: torch.Tensor, partition, halo_hops: int = 1) -> Iterator[Tuple[HaloLayout, ExchangePlan]]:
+    """Layout and exchange plan of every part in rank order, single process (used by ``save_parts``).
+
+    Every part's ghost list is found first (to plan the exchange); each part's edges are built
+    only when it is reached, so a writer holds one part's ``[2, E_local]`` arrays at a time.
+
+    Args:
+        edge_index: ``LongTensor [2, E]`` global edges, validated.
+        partition: :class:`meshshard.partitioners.Partition` of the ``N`` nodes.
+        halo_hops: halo depth ``k >= 1``.
+
+    Returns:
+        an iterator of ``(HaloLayout, ExchangePlan)``, one pair per part.
+    """
+    builder, plans = _builder_and_plans(edge_index, partition, halo_hops)
+    for r in range(partition.num_parts):
+        yield builder.layout(r), plans[r]
+
+
+def _builder_and_plans(edge_index: torch.Tensor, partition, halo_hops: int):
+    builder = HaloBuilder(edge_index, partition, halo_hops)
+    ghosts = [builder.ghosts(r) for r in range(partition.num_parts)]
+    return builder, plans_from_requests([g[0] for g in ghosts], [g[1] for g in ghosts])
+
+
 def build_all_parts(edge_index: torch.Tensor, partition, halo_hops: int = 1):
-    """Layouts and exchange plans of every part, single process (used by ``save_parts``).
+    """Layouts and exchange plans of every part, single process (:func:`iter_all_parts` as lists).
+
+    Args:
+        edge_index: ``LongTensor [2, E]`` global edges, validated.
+        partition: :class:`meshshard.partitioners.Partition` of the ``N`` nodes.
+        halo_hops: halo depth ``k >= 1``.
 
     Returns:
         ``(layouts, plans)``: lists of :class:`HaloLayout` and :class:`ExchangePlan`, one per part.
     """
-    local_index = partition.local_index()
-    layouts = [build_halo(edge_index, partition, r, halo_hops, local_index) for r in range(partition.num_parts)]
-    plans = plans_from_requests([l.ghost_owner for l in layouts], [l.ghost_owner_index for l in layouts])
-    return layouts, plans
+    pairs = list(iter_all_parts(edge_index, partition, halo_hops))
+    return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
 def _check_hops(halo_hops) -> int:
@@ -194,9 +222,8 @@ class ShardedGraph:
             layout = build_halo(ei, partition, r, halo_hops)
             plan = build_plan_distributed(layout.ghost_owner, layout.ghost_owner_index, group)
             return cls(layout, plan, partition.sizes, halo_hops=halo_hops, group=group, global_perm=partition.perm)
-        layouts, plans = build_all_parts(ei, partition, halo_hops) if partition.num_parts > 1 else (
-            [build_halo(ei, partition, 0, halo_hops)], plans_from_requests([torch.empty(0, dtype=torch.long)], [torch.empty(0, dtype=torch.long)]))
-        return cls(layouts[r], plans[r], partition.sizes, halo_hops=halo_hops, group=group,
+        builder, plans = _builder_and_plans(ei, partition, halo_hops)  # every part's ghosts, one part's edges
+        return cls(builder.layout(r), plans[r], partition.sizes, halo_hops=halo_hops, group=group,
                    global_perm=partition.perm, offline=partition.num_parts > 1)
 
     @classmethod

@@ -24,13 +24,14 @@ def _table_rows(out, first_cell):
     return [line for line in out.splitlines() if line.startswith(f"| {first_cell}")]
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(250)
 def test_bench_partition():
-    out = _run("bench_partition.py", 170, "--only", "speed,quality,memory")
+    out = _run("bench_partition.py", 240, "--only", "speed,quality,memory,cli")
     assert len(_table_rows(out, "1e+05")) == 2 and len(_table_rows(out, "1e+06")) == 2
     for mesh in ("naca0012_inviscid.su2", "brick_tets.su2", "cylinder_crossflow_re35.vtu"):
         assert _table_rows(out, mesh), mesh
     assert "peak memory" in out and "targets of issue 2" in out
+    assert len(_table_rows(out, "27,000")) == 2  # `meshshard partition` end to end: time and memory rows
 
 
 @pytest.mark.timeout(180)

@@ -58,6 +58,15 @@ def test_round_trip(tmp_path, brick):
         assert torch.equal(gids[p["edge_index"]], ei[:, p["edge_ids"]])
 
 
+def test_same_input_gives_byte_identical_files(tmp_path, brick):
+    # torch.save used to name the archive's records after the random temporary file
+    a = read_meta(_save(tmp_path / "a", brick, halo_hops=2))["files"]
+    b = read_meta(_save(tmp_path / "b", brick, halo_hops=2))["files"]
+    assert a == b
+    for name in a:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
 def test_corruption_detected(tmp_path, brick):
     out = _save(tmp_path / "s", brick)
     victim = out / "part_0001.pt"
@@ -89,8 +98,7 @@ def test_interrupted_write_leaves_no_valid_output(tmp_path, brick, monkeypatch):
 
     def save_then_fail(obj, f, *a, **k):
         if isinstance(obj, dict) and obj.get("rank") == 1:
-            with open(f, "wb") as fh:
-                fh.write(b"half a part")  # bytes already on disk when the process dies
+            f.write(b"half a part")  # bytes already on disk when the process dies
             raise KeyboardInterrupt("simulated crash while writing part 1")
         return real_save(obj, f, *a, **k)
 

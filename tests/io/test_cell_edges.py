@@ -131,6 +131,19 @@ def test_coalesce_matches_python_reference_on_random_pairs():
     assert ei.t().tolist() == [list(p) for p in ref]
 
 
+@pytest.mark.parametrize("name", ["rae2822_turb.su2", "brick_tets.su2", "cylinder_crossflow_re35.vtu"])
+def test_edge_index_from_cells_equals_pairs_then_coalesce_on_real_meshes(data_dir, name):
+    # edge_index_from_cells writes keys without the pair table; the pair path is the reference
+    import meshshard as ms
+
+    m = ms.read_mesh(data_dir / name)
+    cells = dict(m.cells)
+    degenerate = np.array([[0, 0, 0, 0], [1, 2, 2, 3]])  # self loops, repeated nodes
+    cells["quad"] = np.concatenate([cells.get("quad", np.empty((0, 4), np.int64)), degenerate])
+    ref = coalesce_undirected(np.concatenate([cell_edges(t, c) for t, c in cells.items()]), m.num_nodes)
+    assert torch.equal(edge_index_from_cells(cells, m.num_nodes), ref)
+
+
 def test_point_cloud_edge_index_points_to_knn_graph():
     m = Mesh.from_points(np.random.default_rng(0).random((10, 3)))
     with pytest.raises(ValueError, match="knn_graph"):
