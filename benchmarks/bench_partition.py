@@ -295,8 +295,8 @@ def bench_family(sizes, num_parts: int, big: int):
     from meshshard.partitioners import Partition
     from meshshard.partitioners.multilevel import multilevel_refine
 
-    ring = np.stack([np.arange(64), (np.arange(64) + 1) % 64])
-    t_jit = _timed(lambda: multilevel_refine(np.arange(64) % 2, 2, ring))[1]  # numba: load / compile once
+    grid_pts, grid_ei = graded_hex_lattice(24, 24, 24)  # big enough to coarsen: every kernel loads
+    t_jit = _timed(lambda: multilevel_refine(np.arange(grid_pts.shape[0]) % 3, 3, grid_ei))[1]  # numba: load / compile once
     try:
         import mtkahypar  # noqa: F401
         has_mtk = True

@@ -335,13 +335,22 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
 
 
 @njit(cache=True)
+def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
+    """Best move of ``u`` out of its overweight part: into a part with room if any, else into one
+    that ends no heavier than the source was (weight then flows through full parts)."""
+    g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+    if t < 0:
+        g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, part_w[assign[u]], conn, touched)
+    return g, t
+
+
+@njit(cache=True)
 def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     """Move boundary nodes out of parts heavier than ``max_w``, cheapest cut increase first. Modifies ``assign``.
 
-    A target is a neighbouring part that stays within ``max_w``, or at least no heavier than the
-    source after the move: weight then flows through full parts to parts with room (the sum of
-    squared part weights falls with every move, so this ends). Returns True when every part ends
-    within ``max_w``.
+    A target is a neighbouring part with room, or else one that ends no heavier than the source
+    was; the latter passes the excess on, round after round, until it reaches a part with room.
+    Returns True when every part ends within ``max_w``.
     """
     n = assign.shape[0]
     part_w = np.zeros(num_parts)
@@ -353,7 +362,8 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     touched = np.empty(num_parts, dtype=np.int64)
     cap = n + indices.shape[0]
     hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
-    for round_ in range(256):
+    # passing excess on takes about one round per part it crosses
+    for round_ in range(2 * num_parts + 8):
         over = False
         for p in range(num_parts):
             if part_w[p] > max_w:
@@ -366,7 +376,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
             src = assign[u]
             if part_w[src] <= max_w or vw[u] == 0.0:
                 continue
-            g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max(max_w, part_w[src] - vw[u]), conn, touched)
+            g, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
             if t >= 0:
                 size = _push(hk, ht, hn, size, g, _mix(u, s), u)
         moved = 0
@@ -375,7 +385,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
             src = assign[u]
             if part_w[src] <= max_w or sizes[src] <= 1:
                 continue
-            g2, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max(max_w, part_w[src] - vw[u]), conn, touched)
+            g2, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
             if t < 0:
                 continue
             if g2 != g:
@@ -390,8 +400,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
             for e in range(indptr[u], indptr[u + 1]):  # the move exposed new boundary nodes of src
                 v = indices[e]
                 if assign[v] == src and part_w[src] > max_w and vw[v] > 0.0:
-                    gv, tv = _best_move(v, indptr, indices, data, assign, vw, part_w, max(max_w, part_w[src] - vw[v]),
-                                        conn, touched)
+                    gv, tv = _rebalance_move(v, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
                     if tv >= 0:
                         size = _push(hk, ht, hn, size, gv, _mix(v, s), v)
         if moved == 0:
