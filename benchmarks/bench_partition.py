@@ -381,7 +381,7 @@ def main(argv=None) -> int:
             checks.append((f"{m} partition + refinement time / METIS time, worst unseen mesh", worst[m][1], "<=", 1.0))
     if checks:
         note = " (quick run: the speed targets are stated for N = 1e7)" if args.quick else ""
-        print(f"\n## targets of issues 2 and 13{note}\n")
+        print(f"\n## targets of issue 2 and issue 13{note}\n")
         print("| figure | measured | target | met |")
         print("|---|---|---|---|")
         for what, value, op, target in checks:

@@ -11,7 +11,8 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
    of parts above the bound (cheapest first), then k-way Fiduccia-Mattheyses passes (gain heap,
    hill climbing with rollback to the best prefix). Moving one coarse node moves a cluster.
 
-A V-cycle is repeated from its own result with a different matching while it still gains. Last,
+The first V-cycle matches across parts (as METIS coarsens) and starts its coarsest level from
+each cluster's majority part; later ones match inside parts, from the best result so far. Last,
 the pieces a part fell into (connected components beyond its heaviest) are merged into the
 neighbouring part they share most edges with, where the bound allows.
 
@@ -97,8 +98,9 @@ def multilevel_refine(
             into a part at or above the bound.
         coarse_imbalance: looser bound on the coarse levels, where nodes are heavy (default
             ``imbalance + 0.03``); the finer levels rebalance to ``imbalance``.
-        cycles: at most this many V-cycles; each starts from the best result so far with a new
-            matching, and the next runs only if this one lowered the cut.
+        cycles: at most this many V-cycles, each from the best result so far with a new matching:
+            the first matches across parts, the others inside parts; from the second on, the
+            next runs only if this one lowered the cut.
         seed: varies the matching and the tie-breaks; the same input and seed give the same result.
         repair: merge the disconnected pieces of parts into neighbouring parts (see the module
             docstring).
