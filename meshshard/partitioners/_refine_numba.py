@@ -177,13 +177,15 @@ def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
     """Best feasible move of ``u`` -> ``(gain, target)``; target -1 when none (or ``u`` is interior).
 
     The target is the neighbouring part with the most edge weight to ``u`` among those that stay
-    within ``max_w`` with ``u``; ties go to the lighter part. ``conn`` (float64 ``[P]``, zero) and ``touched`` are scratch.
+    within ``max_w`` with ``u``; ties go to the lighter part. ``conn`` (float64 ``[P]``, all -1:
+    "not listed", so zero-weight edges still list their part once) and ``touched`` are scratch.
     """
     own = assign[u]
     nt = 0
     for e in range(indptr[u], indptr[u + 1]):
         p = assign[indices[e]]
-        if conn[p] == 0.0:
+        if conn[p] < 0.0:
+            conn[p] = 0.0
             touched[nt] = p
             nt += 1
         conn[p] += data[e]
@@ -195,9 +197,9 @@ def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
         c = conn[p]
         if c > best_c or (c == best_c and part_w[p] < part_w[best]):
             best, best_c = p, c
-    gain = best_c - conn[own]
+    gain = best_c - max(conn[own], 0.0)
     for i in range(nt):
-        conn[touched[i]] = 0.0
+        conn[touched[i]] = -1.0
     return gain, best
 
 
@@ -261,7 +263,7 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     for u in range(n):
         part_w[assign[u]] += vw[u]
         sizes[assign[u]] += 1
-    conn = np.zeros(num_parts)
+    conn = np.full(num_parts, -1.0)
     touched = np.empty(num_parts, dtype=np.int64)
     locked = np.zeros(n, dtype=np.bool_)
     log_node = np.empty(n, dtype=np.int64)
@@ -358,7 +360,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     for u in range(n):
         part_w[assign[u]] += vw[u]
         sizes[assign[u]] += 1
-    conn = np.zeros(num_parts)
+    conn = np.full(num_parts, -1.0)
     touched = np.empty(num_parts, dtype=np.int64)
     cap = n + indices.shape[0]
     hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)

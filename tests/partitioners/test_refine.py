@@ -122,3 +122,16 @@ def test_refined_cut_near_metis_on_unseen_geometries(name):
         assert q["edge_cut"] <= bound * metis, (method, q["edge_cut"] / metis)
         assert q["imbalance"] <= 1.01 + 1e-12
         assert ref == partition(pts, 7, method, edge_index=ei)  # deterministic
+
+
+def test_zero_weight_edges_list_their_part_once():
+    # zero-weight edges once listed a part per edge in a scratch array of P entries (overrun when
+    # a node had more than P such edges); now each part is listed once per node
+    ei, xy = _grid(12)
+    w = np.where(np.arange(ei.shape[1]) % 3 == 0, 0.0, 1.0)
+    start = (xy[:, 0] >= 6).astype(np.int64)
+    for seed in range(3):
+        out = multilevel_refine(start, 2, ei, edge_weights=w, imbalance=1.05, seed=seed)
+        assert np.bincount(out, minlength=2).max() <= 1.05 * 72
+        cut = lambda a: float(w[a[ei[0]] != a[ei[1]]].sum())  # noqa: E731
+        assert cut(out) <= cut(start)
