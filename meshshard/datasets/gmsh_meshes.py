@@ -191,7 +191,7 @@ def shell_mesh(num_nodes: int = 20_000, cell: str = "wedge", layers: int = 3) ->
     if isinstance(layers, bool) or not isinstance(layers, (int, np.integer)) or layers < 1:
         raise ValueError(f"layers must be an int >= 1, got {layers!r}")
     area = 2 * np.pi  # unit hemisphere; nodes ~ 1.15 area / h^2 (triangles), quads half as many per h^2
-    h = np.sqrt((1.15 if cell == "wedge" else 1.0) * area * (layers + 1) / n)
+    h = np.sqrt((1.15 if cell == "wedge" else 7.5) * area * (layers + 1) / n)  # subdivision: ~6x the nodes
 
     def build(gmsh):
         occ = gmsh.model.occ
@@ -203,9 +203,8 @@ def shell_mesh(num_nodes: int = 20_000, cell: str = "wedge", layers: int = 3) ->
         other = [(2, t) for _, t in gmsh.model.getEntities(2) if gmsh.model.getType(2, t) != "Sphere"]
         gmsh.model.mesh.setSize(gmsh.model.getEntities(0), h)
         _sizes(gmsh, h)
-        if cell == "hexahedron":
-            gmsh.option.setNumber("Mesh.RecombineAll", 1)
-            gmsh.option.setNumber("Mesh.Algorithm", 8)
+        if cell == "hexahedron":  # every triangle split into 3 quads (recombination crashed gmsh 4.15 at 100k nodes)
+            gmsh.option.setNumber("Mesh.SubdivisionAlgorithm", 1)
         gmsh.model.removeEntities([(3, t) for _, t in gmsh.model.getEntities(3)])
         gmsh.model.removeEntities(other)
         gmsh.model.mesh.generate(2)
