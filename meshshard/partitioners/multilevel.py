@@ -164,9 +164,14 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
         to_coarse = cmap[to_coarse]
         depth += 1
     if free:  # each coarsest node joins the part holding most of its weight
-        nc = g[0].shape[0] - 1
-        votes = np.bincount(to_coarse * num_parts + assign, weights=vw, minlength=nc * num_parts)
-        a = np.ascontiguousarray(votes.reshape(nc, num_parts).argmax(axis=1))
+        # (sparse votes: a dense [nc, P] table would grow as P^2 where coarsening stalls early)
+        keys, inverse = np.unique(to_coarse * num_parts + assign, return_inverse=True)
+        coarse, part = np.divmod(keys, num_parts)
+        order = np.lexsort((-np.bincount(inverse, weights=vw), coarse))  # heaviest part first (ties: lowest id)
+        first = np.ones(order.shape[0], dtype=bool)
+        first[1:] = coarse[order][1:] != coarse[order][:-1]
+        a = np.empty(g[0].shape[0] - 1, dtype=np.int64)
+        a[coarse[order][first]] = part[order][first]
         if np.unique(a).shape[0] < num_parts:  # a part lost every cluster: this cycle cannot help
             return assign
     for level in range(len(levels), -1, -1):
