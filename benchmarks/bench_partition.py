@@ -11,28 +11,34 @@ Every figure is a ratio against a baseline measured in the same run:
    array's bytes, measured in a fresh subprocess both as the resident-set peak above the RSS
    before the call (Linux VmHWM after resetting it through /proc/self/clear_refs; everything,
    torch included) and, in a second call, as the tracemalloc peak (numpy allocations);
-4. ``meshshard partition -m graph -k 16`` end to end (quick: ``-k 4``) on a generated hexahedral box
-   of 127^3 = 2.05M nodes (quick: 30^3), run in a subprocess with its phases timed: total time /
-   (read + edge build + METIS) of the same run, and each phase's peak memory (VmHWM) / the mesh
-   arrays (points + cells), twice (quick: once).
-
 4. engines: edge cut, imbalance and time of the graph engines (KaMinPar, Mt-KaHyPar) and of
    recursive inertial bisection (plain and refined; kdtree plain beside it) on the real meshes,
    as ratios to METIS's figures in the same run;
 5. distributed: time of ``ms.partition_distributed`` on 2 and 4 local ranks (each holding ``N / W``
    points) divided by the single-process ``partition(..., refine=False)`` time, and whether the
    assignments are equal.
+6. cli: ``meshshard partition -m graph -k 16`` end to end (quick: ``-k 4``) on a generated hexahedral box
+   of 127^3 = 2.05M nodes (quick: 30^3), run in a subprocess with its phases timed: total time /
+   (read + edge build + METIS) of the same run, and each phase's peak memory (VmHWM) / the mesh
+   arrays (points + cells), twice (quick: once).
+7. family (issue 13): on the gmsh family of :mod:`meshshard.datasets.gmsh_meshes` (geometries unlike
+   the shipped meshes) and, in the full run, on a generated >= 2M-node graded hex lattice: refined
+   cut of kdtree / hilbert / morton and total time (geometric partition + refinement, numba JIT
+   warmed first) as multiples of METIS's in the same run, and the same for Mt-KaHyPar's
+   ``improve_partition`` (1 V-cycle) refining the kdtree / hilbert partition; plus the
+   ``disconnected_parts`` of every result.
 
 A last table checks issue 2's targets against the figures above: morton and hilbert <= 2x and
 kdtree <= 3x the argsort time at the largest N (stated for 1e7); imbalance (max part weight /
 mean, itself a ratio) <= 1.01 for the geometric methods; refined edge cut <= 1.3x METIS's for
-kdtree and hilbert on every mesh; hilbert's total cut below morton's; and issue 13's for section
-4: total <= 1.5x (read + edges + METIS), peak memory above the imports <= 3x the mesh arrays.
+kdtree and hilbert on every mesh; hilbert's total cut below morton's; issue 13's for section 6:
+total <= 1.5x (read + edges + METIS), peak memory above the imports <= 3x the mesh arrays; and for
+section 7: refined kdtree and hilbert cut <= 1.15x METIS's, partition + refinement time <= METIS's.
 
 Usage::
 
     python benchmarks/bench_partition.py            # full: 1e5, 1e6, 1e7 points, ~1M-triangle mesh
-    python benchmarks/bench_partition.py --only quality   # one section (speed, quality, memory, engines, distributed, cli)
+    python benchmarks/bench_partition.py --only quality   # one section (speed, quality, memory, engines, distributed, cli, family)
     python benchmarks/bench_partition.py --quick    # 1e5 / 1e6 points, small gmsh mesh, 3e5-point memory run
 """
 from __future__ import annotations
@@ -448,13 +454,111 @@ def bench_cli(n_side: int, num_parts: int, repeat: int):
     return rows
 
 
+#: issue 13's target: refined kdtree / hilbert cut <= 1.15x METIS's, in no more time than METIS
+FAMILY_CUT_TARGET = 1.15
+
+
+def graded_hex_lattice(nx: int, ny: int, nz: int, ratio: float = 1.002):
+    """Structured hex lattice's nodes and element edges (both directions), spacing growing by
+    ``ratio`` per cell in y and z (a boundary-layer grading), built with numpy alone.
+
+    Returns (points [nx*ny*nz, 3], edge_index int64 [2, E])."""
+    def axis(k, r):
+        step = r ** np.arange(k - 1)
+        return np.concatenate([[0.0], np.cumsum(step)]) / step.sum()
+    x, y, z = np.linspace(0.0, 4.0, nx), axis(ny, ratio), 0.5 * axis(nz, ratio)
+    pts = np.stack(np.meshgrid(x, y, z, indexing="ij"), axis=-1).reshape(-1, 3)
+    idx = np.arange(nx * ny * nz, dtype=np.int64).reshape(nx, ny, nz)
+    pairs = [np.stack([idx[:-1].ravel(), idx[1:].ravel()]), np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()]),
+             np.stack([idx[:, :, :-1].ravel(), idx[:, :, 1:].ravel()])]
+    e = np.concatenate(pairs, axis=1)
+    return pts, np.concatenate([e, e[::-1]], axis=1)
+
+
+_MTK = {}
+
+
+def _mtkahypar_improve(ei: np.ndarray, n: int, assign: np.ndarray, num_parts: int, imbalance: float = 1.01):
+    """Mt-KaHyPar's improve_partition (default preset, 1 V-cycle, 1 thread) applied to ``assign``."""
+    import mtkahypar as mt
+
+    try:  # one thread pool per process: share the graph engine's when it exists
+        from meshshard.partitioners.graph import _mtkahypar
+        _, init = _mtkahypar()
+    except ImportError:
+        init = _MTK.setdefault("init", mt.initialize(1, False))
+    upper = ei[:, ei[0] < ei[1]]
+    edges = np.ascontiguousarray(upper.T)
+    ctx = init.context_from_preset(mt.PresetType.DEFAULT)
+    ctx.set_partitioning_parameters(int(num_parts), float(imbalance) - 1.0, mt.Objective.CUT)
+    ctx.logging = False
+    mt.set_seed(0)
+    graph = init.create_graph(ctx, n, edges.shape[0], edges, np.ones(n, dtype=np.int64), np.ones(edges.shape[0], dtype=np.int64))
+    # the binding names its first two parameters the wrong way round: (context, num_blocks, partition)
+    phg = graph.create_partitioned_hypergraph(ctx, int(num_parts), assign.astype(np.int64).tolist())
+    phg.improve_partition(ctx, 1)
+    return np.asarray(phg.get_partition(), dtype=np.int64)
+
+
+def bench_family(sizes, num_parts: int, big: int):
+    """Issue 13's table: cut and time of every method against METIS on the gmsh family and a big lattice."""
+    from meshshard.datasets.gmsh_meshes import GMSH_FAMILY
+    from meshshard.partitioners import Partition
+    from meshshard.partitioners.multilevel import multilevel_refine
+
+    grid_pts, grid_ei = graded_hex_lattice(24, 24, 24)  # big enough to coarsen: every kernel loads
+    t_jit = _timed(lambda: multilevel_refine(np.arange(grid_pts.shape[0]) % 3, 3, grid_ei))[1]  # numba: load / compile once
+    try:
+        import mtkahypar  # noqa: F401
+        has_mtk = True
+    except ImportError:
+        has_mtk = False
+    print(f"\n## 4. unseen geometries (issue 13), {num_parts} parts: cut / METIS cut, time / METIS time "
+          f"(geometric partition + refinement; numba JIT loaded once first, {t_jit:.1f} s)\n")
+    cols = ["kdtree", "hilbert", "morton"] + (["kdtree+mtk", "hilbert+mtk"] if has_mtk else [])
+    print("| mesh | N | METIS time [s] | " + " | ".join(f"{c} cut, time" for c in cols) + " | disconnected parts (METIS; "
+          + ", ".join(cols) + ") |")
+    print("|---|---|---|" + "---|" * len(cols) + "---|")
+    cases = [(f"{name} ~{n // 1000}k", lambda f=f, n=n: f(n)) for n in sizes for name, f in GMSH_FAMILY.items()]
+    if big:
+        side = round((big / 8) ** (1 / 3))
+        cases.append((f"graded hex lattice {4 * side}x{2 * side}x{side}", lambda: graded_hex_lattice(4 * side, 2 * side, side)))
+    worst = {c: [0.0, 0.0] for c in cols}
+    for label, make in cases:
+        got = make()
+        pts, ei = (got.points, got.edge_index().numpy()) if hasattr(got, "points") else got
+        n = pts.shape[0]
+        rep = 3 if n < 50_000 else 1
+        g, tm = _timed(lambda: partition(pts, num_parts, "graph", edge_index=ei), rep)
+        qg = partition_quality(g, ei)
+        cells, pieces = [], [str(qg["disconnected_parts"])]
+        for c in cols:
+            method = c.split("+")[0]
+            if c.endswith("+mtk"):
+                def run():
+                    plain = partition(pts, num_parts, method).assignment.numpy()
+                    return Partition(_mtkahypar_improve(ei, n, plain, num_parts), num_parts)
+                p, t = _timed(run, rep)
+            else:
+                p, t = _timed(lambda: partition(pts, num_parts, method, edge_index=ei), rep)
+            q = partition_quality(p, ei)
+            cut, tr = q["edge_cut"] / qg["edge_cut"], t / tm
+            worst[c] = [max(worst[c][0], cut), max(worst[c][1], tr)]
+            cells.append(f"{cut:.3f}, {tr:.2f}" + ("" if q["imbalance"] <= 1.01 + 1e-9 else f" (imb {q['imbalance']:.3f})"))
+            pieces.append(str(q["disconnected_parts"]))
+        print(f"| {label} | {n} | {tm:.3f} | " + " | ".join(cells) + " | " + ", ".join(pieces) + " |", flush=True)
+    print("\nWorst over the meshes (cut / METIS, time / METIS): "
+          + "; ".join(f"{c} {w[0]:.3f}, {w[1]:.2f}" for c, w in worst.items()))
+    return worst
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1e5 / 1e6 points and a small gmsh mesh (< 1 min)")
     ap.add_argument("--parts", type=int, default=8, help="parts for the speed and memory runs (default 8)")
     ap.add_argument("--quality-parts", type=int, default=7, help="parts for the quality table (default 7)")
-    ap.add_argument("--only", default="speed,quality,memory,engines,distributed,cli",
-                    help="comma-separated sections to run (default: speed,quality,memory,engines,distributed,cli)")
+    ap.add_argument("--only", default="speed,quality,memory,engines,distributed,cli,family",
+                    help="comma-separated sections to run (default: speed,quality,memory,engines,distributed,cli,family)")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     sizes = [100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
@@ -491,10 +595,15 @@ def main(argv=None) -> int:
                            "<=", CLI_TIME_TARGET))
             checks.append(("`meshshard partition -m graph` (peak RSS - RSS of the imports) / mesh arrays",
                            row["peak_net_ratio"], "<=", CLI_MEMORY_TARGET))
+    if "family" in only:
+        worst = bench_family([5_000] if args.quick else [10_000, 100_000], args.quality_parts,
+                             0 if args.quick else 2_000_000)
+        for m in ("kdtree", "hilbert"):
+            checks.append((f"{m} refined cut / METIS's, worst unseen mesh", worst[m][0], "<=", FAMILY_CUT_TARGET))
+            checks.append((f"{m} partition + refinement time / METIS time, worst unseen mesh", worst[m][1], "<=", 1.0))
     if checks:
         note = " (quick run: the speed targets are stated for N = 1e7)" if args.quick else ""
-        print(f"\n## targets of issue 2 (speed, quality) and issue 13 item 5 (`meshshard partition`, stated for "
-              f">= 2M nodes){note}\n")
+        print(f"\n## targets of issue 2 and issue 13{note}\n")
         print("| figure | measured | target | met |")
         print("|---|---|---|---|")
         for what, value, op, target in checks:

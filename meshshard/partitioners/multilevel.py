@@ -1,258 +1,75 @@
-r"""Multilevel boundary refinement: lower the edge cut of a given partition (vectorised numpy).
+r"""Multilevel boundary refinement: lower the edge cut of a given partition (compiled with numba).
 
-Greedy moves of single boundary nodes stall once every boundary node is locally optimal: a
-geometric cut that crosses a dense region of a graded mesh cannot slide to a sparse region one
-node at a time without passing through worse states. This module runs the refinement on a
-hierarchy of coarser graphs, as METIS does in its uncoarsening phase, but starting from the given
-(geometric) partition:
+Single-node moves stall once every boundary node is locally optimal: a geometric cut that
+crosses a dense region of a graded mesh cannot slide to a sparse region one node at a time
+without passing through worse states. This module refines on a hierarchy of coarser graphs, as
+METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric) partition:
 
-1. coarsen: heavy-edge matching restricted to edges *inside* a part (mutual proposals, a few
-   vectorised rounds per level), so every coarse node lies in one part and the coarse cut equals
-   the fine cut; coarse node weights and edge weights are sums;
-2. refine at the coarsest level, project to the next finer level, refine again, ..., down to the
-   original graph. Moving one coarse node moves a whole cluster of fine nodes.
+1. coarsen: heavy-edge matching restricted to edges *inside* a part, so every coarse node lies in
+   one part and the coarse cut equals the fine cut; coarse node and edge weights are sums;
+2. at the coarsest level, then at each finer one after projecting the parts down: move nodes out
+   of parts above the bound (cheapest first), then k-way Fiduccia-Mattheyses passes (gain heap,
+   hill climbing with rollback to the best prefix). Moving one coarse node moves a cluster.
 
-Each refinement is a greedy Fiduccia-Mattheyses-style pass (:func:`greedy_refine`): positive-gain
-moves of boundary nodes to their best neighbouring part, as an independent set (no two moving
-nodes adjacent, so every gain is exact), admitted while the target part stays under
-``imbalance * mean``; zero-gain moves from heavier to lighter parts let boundaries slide; a final
-rebalancing pass moves the cheapest boundary nodes out of any part above the bound.
+The first V-cycle matches across parts (as METIS coarsens) and starts its coarsest level from
+each cluster's majority part; later ones match inside parts, from the best result so far. Last,
+the pieces a part fell into (connected components beyond its heaviest) are merged into the
+neighbouring part they share most edges with, where the bound allows.
+
+The kernels (:mod:`meshshard.partitioners._refine_numba`) are sequential with hashed
+tie-breaks: the same input and seed give the same partition.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import Optional
 
 import numpy as np
-import scipy.sparse as sp
 
-__all__ = ["multilevel_refine", "greedy_refine", "symmetric_adjacency"]
+from meshshard.partitioners import _refine_numba as K
 
+__all__ = ["multilevel_refine", "part_components"]
 
-def symmetric_adjacency(edge_index: np.ndarray, num_nodes: int, edge_weights: Optional[np.ndarray] = None) -> sp.csr_matrix:
-    """Undirected CSR adjacency without self loops; an edge given several times keeps its largest weight.
-
-    Args:
-        edge_index: int64 ``[2, E]``, one or both directions.
-        num_nodes: ``N``.
-        edge_weights: optional float64 ``[E]`` (default: all 1).
-
-    Returns:
-        symmetric ``scipy.sparse.csr_matrix [N, N]`` with sorted indices.
-    """
-    row, col = edge_index
-    keep = row != col
-    row, col = row[keep], col[keep]
-    w = np.ones(row.shape[0]) if edge_weights is None else np.asarray(edge_weights, dtype=np.float64)[keep]
-    lo, hi = np.minimum(row, col), np.maximum(row, col)
-    key = lo * np.int64(num_nodes) + hi
-    if edge_weights is None:
-        key = np.sort(key)  # all weights 1: no need to carry them through the sort
-    else:
-        order = np.lexsort((-w, key))
-        key, w = key[order], w[order]
-    first = np.ones(key.shape[0], dtype=bool)
-    first[1:] = key[1:] != key[:-1]
-    key, w = key[first], w[first]
-    lo, hi = key // num_nodes, key % num_nodes
-    adj = sp.csr_matrix((np.concatenate([w, w]), (np.concatenate([lo, hi]), np.concatenate([hi, lo]))),
-                        shape=(num_nodes, num_nodes))
-    adj.sort_indices()
-    return adj
+#: coarsening stops below this many nodes per part
+_COARSE_NODES_PER_PART = 30
+#: a coarse level is used only if matching shrank the graph below this fraction
+_MIN_SHRINK = 0.9
+#: FM stops a pass after max(_STALL, level nodes // _STALL_DIV) moves without a new best cut
+#: (the coarsest level: after as many moves as it has nodes)
+_STALL, _STALL_DIV = 64, 50
+#: FM passes per level, at most; a pass that removes less than _MIN_GAIN of the cut is the last
+_PASSES, _MIN_GAIN = 4, 1e-3
+#: at the coarsest level, pieces of parts may merge into neighbours up to this x the mean weight
+#: before rebalancing (measured: the fragmented parts of space-filling curves need it)
+_REPAIR_SLACK = 1.3
 
 
-def _hash(x: np.ndarray, salt: int) -> np.ndarray:
-    h = x.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64((salt * 0x632BE59BD9B4E019 + 1) % 2**64)
-    h ^= h >> np.uint64(31)
-    h *= np.uint64(0xBF58476D1CE4E5B9)
-    h ^= h >> np.uint64(29)
-    return h
+def _csr(edge_index: np.ndarray, n: int, edge_weights: Optional[np.ndarray]):
+    ei = np.ascontiguousarray(edge_index, dtype=np.int64)
+    w = np.ones(ei.shape[1]) if edge_weights is None else np.ascontiguousarray(edge_weights, dtype=np.float64)
+    return K.build_csr(ei[0], ei[1], w, n)
 
 
-def _accept_in_order(groups: np.ndarray, amounts: np.ndarray, room: np.ndarray) -> np.ndarray:
-    """Moves listed in priority order: accept while the group's running total fits its room."""
-    order = np.argsort(groups, kind="stable")
-    g, a = groups[order], amounts[order]
-    cum = np.cumsum(a)
-    start = np.searchsorted(g, g, side="left")
-    base = np.where(start > 0, cum[np.maximum(start - 1, 0)], 0.0)
-    ok = np.empty(groups.shape[0], dtype=bool)
-    ok[order] = (cum - base) <= room[g] + 1e-9 * np.abs(room[g])
-    return ok
-
-
-def _rows_edges(indptr: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-    """Positions in the CSR arrays of every edge leaving ``nodes`` (vectorised range expansion)."""
-    starts = indptr[nodes]
-    lens = indptr[nodes + 1] - starts
-    total = int(lens.sum())
-    offsets = np.cumsum(lens) - lens
-    return np.arange(total, dtype=np.int64) + np.repeat(starts - offsets, lens)
-
-
-def _boundary_connectivity(assign, indptr, col, ew, num_parts, n, active):
-    """Boundary nodes among ``active`` (all when ``None``) and their connectivity ``conn [nb, P]``."""
-    if active is None:
-        row = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-        pos = None
-    else:
-        pos = _rows_edges(indptr, active)
-        row = np.repeat(active, indptr[active + 1] - indptr[active])
-    c = col if pos is None else col[pos]
-    a_col = assign[c]
-    cut = assign[row] != a_col
-    if not cut.any():
-        return None
-    is_b = np.zeros(n, dtype=bool)
-    is_b[row[cut]] = True
-    bnodes = np.flatnonzero(is_b)
-    local = np.full(n, -1, dtype=np.int64)
-    local[bnodes] = np.arange(bnodes.shape[0])
-    e_sel = is_b[row]
-    lr = local[row[e_sel]]
-    w_sel = (ew if pos is None else ew[pos])[e_sel]
-    conn = np.bincount(lr * num_parts + a_col[e_sel], weights=w_sel,
-                       minlength=bnodes.shape[0] * num_parts).reshape(-1, num_parts)
-    return bnodes, local, lr, c[e_sel], conn
-
-
-def greedy_refine(
-    assign: np.ndarray,
-    num_parts: int,
-    adj: sp.csr_matrix,
-    weights: np.ndarray,
-    max_w: float,
-    max_rounds: int = 32,
-    salt: int = 0,
-) -> np.ndarray:
-    """Greedy boundary moves on one level (see the module docstring). Modifies ``assign``.
+def part_components(assignment: np.ndarray, edge_index: np.ndarray, num_parts: Optional[int] = None) -> np.ndarray:
+    """Connected components of each part's induced subgraph, counted per part.
 
     Args:
-        assign: int64 ``[N]`` part ids.
-        num_parts: ``P``.
-        adj: symmetric CSR adjacency ``[N, N]`` (edge weights as data).
-        weights: float64 ``[N]`` node weights.
-        max_w: largest part weight a move may create (``imbalance * mean``).
-        max_rounds: at most this many rounds of simultaneous moves.
-        salt: varies the hash that breaks ties between equal-gain moves.
+        assignment: int ``[N]`` part ids.
+        edge_index: int64 ``[2, E]`` graph, one or both directions.
+        num_parts: ``P`` (default: ``max id + 1``).
 
     Returns:
-        ``assign``, refined; parts stay non-empty.
+        int64 ``[P]``: the number of connected pieces of every part (0 for an empty part).
     """
-    n = assign.shape[0]
-    indptr = adj.indptr.astype(np.int64)
-    col = adj.indices.astype(np.int64)
-    ew = adj.data
-    part_w = np.bincount(assign, weights=weights, minlength=num_parts)
-    sizes = np.bincount(assign, minlength=num_parts)
-    active = None  # None: look at every node; else only where the last round changed something
-    for round_ in range(max_rounds):
-        if part_w.max() > max_w:
-            active = None  # rebalancing needs every boundary node of the heavy parts
-        found = _boundary_connectivity(assign, indptr, col, ew, num_parts, n, active)
-        if found is None:
-            if active is None:
-                break
-            active = None
-            continue
-        bnodes, local, lr, lcol, conn = found
-        nb = bnodes.shape[0]
-        src = assign[bnodes]
-        ar = np.arange(nb)
-        own = conn[ar, src].copy()
-        conn[ar, src] = -np.inf
-        conn[conn <= 0] = -np.inf
-        tgt = np.argmax(conn, axis=1)
-        gain = conn[ar, tgt] - own
-        wb = weights[bnodes]
-        over = part_w[src] > max_w
-        slide = (gain == 0) & (part_w[src] > part_w[tgt] + wb)
-        cand = (gain > 0) | slide | (over & np.isfinite(gain))
-        cand &= (part_w[tgt] + wb <= max_w) & (sizes[src] > 1)
-        if not cand.any():
-            if active is None:
-                break
-            active = None  # part weights changed elsewhere: one full look before stopping
-            continue
-        ci = np.flatnonzero(cand)
-        # priority: overweight sources first, then gain, then a hash -> unique ranks
-        rank_order = np.lexsort((_hash(bnodes[ci], salt * 1009 + round_), gain[ci], over[ci]))
-        prio = np.zeros(nb, dtype=np.int64)
-        prio[ci[rank_order]] = np.arange(1, ci.shape[0] + 1)
-        lc = local[lcol]
-        both = (lc >= 0) & (prio[lr] > 0)
-        nbr = np.zeros(nb, dtype=np.int64)
-        np.maximum.at(nbr, lr[both], prio[np.maximum(lc[both], 0)])
-        win = cand & (prio > nbr)
-        mi = np.flatnonzero(win)
-        mi = mi[np.argsort(-prio[mi], kind="stable")]
-        m_src, m_tgt, m_w = src[mi], tgt[mi], wb[mi]
-        ok = _accept_in_order(m_tgt, m_w, max_w - part_w)
-        ok &= _accept_in_order(m_src, np.ones(mi.shape[0]), sizes - 1.0)
-        # a negative-gain move is only worth it while its source is still overweight
-        neg = gain[mi] < 0
-        if neg.any():
-            excess = np.maximum(part_w - max_w, 0.0)
-            ok_neg = _accept_in_order(m_src, np.where(neg, m_w, 0.0), excess + m_w.max())
-            ok &= ~neg | ok_neg
-        mi, m_src, m_tgt, m_w = mi[ok], m_src[ok], m_tgt[ok], m_w[ok]
-        if mi.shape[0] == 0:
-            if active is None:
-                break
-            active = None
-            continue
-        moved = bnodes[mi]
-        assign[moved] = m_tgt
-        # next round: moved nodes, their neighbours, and candidates that lost this round
-        nxt = np.zeros(n, dtype=bool)
-        nxt[col[_rows_edges(indptr, moved)]] = True
-        nxt[moved] = True
-        nxt[bnodes[cand]] = True
-        active = np.flatnonzero(nxt)
-        part_w += np.bincount(m_tgt, weights=m_w, minlength=num_parts) - np.bincount(m_src, weights=m_w, minlength=num_parts)
-        sizes += np.bincount(m_tgt, minlength=num_parts) - np.bincount(m_src, minlength=num_parts)
-    return assign
-
-
-def _coarsen(adj: sp.csr_matrix, weights: np.ndarray, assign: np.ndarray, max_node_w: float, salt: int):
-    """Heavy-edge matching inside parts -> ``(cmap [n], coarse adj, coarse weights, coarse assign)``."""
-    n = adj.shape[0]
-    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(adj.indptr))
-    col = adj.indices.astype(np.int64)
-    ok_edge = (assign[row] == assign[col]) & (weights[row] + weights[col] <= max_node_w)
-    # heaviest edge per node, ties by a hash: score = weight + hash fraction in [0, 0.5) * min weight
-    wmin = float(adj.data.min()) if adj.nnz else 1.0
-    # the tie-break must be a symmetric function of the edge: both ends then rank it alike, and
-    # locally dominant edges are mutual proposals (matches grow fast, round after round)
-    edge_id = np.minimum(row, col) * np.int64(n) + np.maximum(row, col)
-    jitter = (_hash(edge_id, salt) >> np.uint64(11)).astype(np.float64) / 2.0**53
-    score = adj.data + 0.5 * wmin * jitter
-    mate = np.full(n, -1, dtype=np.int64)
-    for _ in range(6):
-        free = mate < 0
-        live = ok_edge & free[row] & free[col]
-        if not live.any():
-            break
-        s = np.where(live, score, 0.0)
-        prop = np.full(n, -1, dtype=np.int64)
-        nonempty = np.flatnonzero(np.diff(adj.indptr) > 0)
-        rowmax = np.zeros(n)
-        rowmax[nonempty] = np.maximum.reduceat(s, adj.indptr[nonempty])
-        hit = np.flatnonzero((s == rowmax[row]) & (s > 0))
-        first = np.ones(hit.shape[0], dtype=bool)
-        first[1:] = row[hit[1:]] != row[hit[:-1]]  # entries are row-sorted: first best per row
-        prop[row[hit[first]]] = col[hit[first]]
-        u = np.flatnonzero(prop >= 0)
-        mutual = u[prop[prop[u]] == u]
-        mate[mutual] = prop[mutual]
-    rep = np.where(mate >= 0, np.minimum(np.arange(n), mate), np.arange(n))
-    uniq, cmap = np.unique(rep, return_inverse=True)
-    nc = uniq.shape[0]
-    agg = sp.csr_matrix((np.ones(n), (cmap, np.arange(n))), shape=(nc, n))
-    cadj = (agg @ adj @ agg.T).tocsr()
-    cadj.setdiag(0)
-    cadj.eliminate_zeros()
-    cadj.sort_indices()
-    return cmap, cadj, np.bincount(cmap, weights=weights, minlength=nc), assign[uniq]
+    a = np.ascontiguousarray(assignment, dtype=np.int64)
+    n = a.shape[0]
+    p = (int(a.max()) + 1 if n else 0) if num_parts is None else int(num_parts)
+    if n == 0:
+        return np.zeros(p, dtype=np.int64)
+    indptr, indices, _ = _csr(edge_index, n, None)
+    label, count = K.label_components(indptr, indices, a)
+    comp_part = np.zeros(count, dtype=np.int64)
+    comp_part[label] = a
+    return np.bincount(comp_part, minlength=p)
 
 
 def multilevel_refine(
@@ -263,27 +80,30 @@ def multilevel_refine(
     edge_weights: Optional[np.ndarray] = None,
     imbalance: float = 1.01,
     coarse_imbalance: Optional[float] = None,
-    min_coarse_nodes: int = 0,
-    cycles: int = 3,
+    cycles: int = 2,
+    seed: int = 0,
+    repair: bool = True,
 ) -> np.ndarray:
     """Refine ``assignment`` on a hierarchy of coarsened graphs (see the module docstring).
 
     Args:
         assignment: int ``[N]`` part ids (not modified).
-        num_parts: number of parts.
+        num_parts: number of parts ``P``.
         edge_index: int64 ``[2, E]`` graph, one or both directions.
         weights: optional float64 ``[N]`` node weights.
-        edge_weights: optional float64 ``[E]`` positive edge weights.
-        imbalance: bound on ``max part weight / mean`` of the result.
-        coarse_imbalance: looser bound used on the coarse levels; the finest level restores
-            ``imbalance`` (if it cannot, the input is refined on the original graph alone, which
-            never breaks a bound the input met). Default: ``imbalance + 0.09 * (c + 1)`` in
-            V-cycle ``c``, a looser bound each cycle (lets ever larger clusters cross the cut;
-            which slack works best differs from mesh to mesh, so the cycles try several).
-        min_coarse_nodes: stop coarsening below this many nodes (default ``40 * num_parts``).
-        cycles: V-cycles; the first starts from the input, the next from the best result so far,
-            each with a different matching (a greedy hierarchy's result depends on it) and coarse
-            bound. The lowest cut among them and a single-level greedy pass is returned.
+        edge_weights: optional float64 ``[E]`` non-negative edge weights (an edge given twice:
+            the larger).
+        imbalance: bound on ``max part weight / mean`` of the result. An input above it is
+            rebalanced first; if that fails, the input is refined without ever moving a node
+            into a part at or above the bound.
+        coarse_imbalance: looser bound on the coarse levels, where nodes are heavy (default
+            ``imbalance + 0.03``); the finer levels rebalance to ``imbalance``.
+        cycles: at most this many V-cycles, each from the best result so far with a new matching:
+            the first matches across parts, the others inside parts; from the second on, the
+            next runs only if this one lowered the cut.
+        seed: varies the matching and the tie-breaks; the same input and seed give the same result.
+        repair: merge the disconnected pieces of parts into neighbouring parts (see the module
+            docstring).
 
     Returns:
         int64 ``[N]`` refined part ids; parts stay non-empty.
@@ -292,59 +112,80 @@ def multilevel_refine(
     n = assign.shape[0]
     if num_parts < 2 or n == 0 or edge_index.shape[1] == 0:
         return assign
-    w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
-    mean = float(w.sum()) / num_parts
-    # measured on the real meshes: a loose coarse bound lets whole clusters cross the cut, and
-    # the best looseness varies, so each V-cycle loosens it a little more
-    def coarse_bound(cycle: int) -> float:
-        return imbalance + 0.09 * (cycle + 1) if coarse_imbalance is None else coarse_imbalance
-
-    min_coarse_nodes = 40 * num_parts if not min_coarse_nodes else min_coarse_nodes
-    adj = symmetric_adjacency(edge_index, n, edge_weights)
-    best, best_cut = None, np.inf
-    if np.bincount(assign, weights=w, minlength=num_parts).max() <= imbalance * mean and np.bincount(assign, minlength=num_parts).min() > 0:
-        best, best_cut = assign, _cut_weight(adj, assign)  # never return worse than the input
-    flat = greedy_refine(assign.copy(), num_parts, adj, w, imbalance * mean, max_rounds=64)  # one level only
-    if _cut_weight(adj, flat) < best_cut and np.bincount(flat, weights=w, minlength=num_parts).max() <= imbalance * mean:
-        best, best_cut = flat, _cut_weight(adj, flat)
-    start = assign
+    vw = np.ones(n) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
+    ew = None if edge_weights is None else np.asarray(edge_weights, dtype=np.float64)
+    indptr, indices, data = _csr(edge_index, n, ew)
+    mean = float(vw.sum()) / num_parts
+    max_w = imbalance * mean * (1 + 1e-12)
+    coarse_w = (imbalance + 0.03 if coarse_imbalance is None else coarse_imbalance) * mean
+    salt = int(seed) * 1_000_003
+    if not K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
+        assign = np.array(assignment, dtype=np.int64, copy=True)  # keep the input's balance, refine within it
+        K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _STALL, _MIN_GAIN, salt)
+        return assign
+    best, best_cut = assign, K.cut_weight(indptr, indices, data, assign)
     for cycle in range(max(1, int(cycles))):
-        out = _v_cycle(start.copy(), num_parts, adj, w, mean, imbalance, coarse_bound(cycle), min_coarse_nodes, cycle)
-        cut = _cut_weight(adj, out)
-        if cut < best_cut:
+        out = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w), salt + 7 * cycle,
+                       free=cycle == 0)
+        cut = K.cut_weight(indptr, indices, data, out)
+        if cut < best_cut - 1e-9 * max(best_cut, 1.0):
             best, best_cut = out, cut
-        start = best
+        elif cycle > 0:  # the first cycle (matched across parts) may fail where the next succeed
+            break
+    if repair:
+        K.repair_components(indptr, indices, data, vw, best, num_parts, max_w)
     return best
 
 
-def _cut_weight(adj: sp.csr_matrix, assign: np.ndarray) -> float:
-    row = np.repeat(np.arange(adj.shape[0], dtype=np.int64), np.diff(adj.indptr))
-    return float(adj.data[assign[row] != assign[adj.indices]].sum()) / 2
+def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt, free):
+    """One V-cycle from a partition within ``max_w``; returns a partition within ``max_w``.
 
-
-def _v_cycle(assign, num_parts, adj, w, mean, imbalance, coarse_imbalance, min_coarse_nodes, salt):
-    levels: List[Tuple[np.ndarray, sp.csr_matrix, np.ndarray]] = []  # (cmap to next, adj, weights)
-    original = assign.copy()
-    cur_adj, cur_w, cur_a = adj, w, assign
-    max_node_w = max(0.5 * (coarse_imbalance - 1.0) * mean, float(w.max()))
-    for depth in range(30):
-        if cur_adj.shape[0] <= min_coarse_nodes:
+    ``free``: match across parts too (as METIS coarsens) and start the coarsest level from each
+    cluster's majority part; else match inside parts only, so the coarsest level starts from
+    ``assign`` itself.
+    """
+    levels = []
+    coarsest = _COARSE_NODES_PER_PART * num_parts
+    total = float(vw.sum())
+    # a cluster must fit in the room the coarse bound leaves above the mean, or it could never move
+    max_vw = max(float(vw.max()), min(1.5 * total / coarsest, 0.5 * (coarse_w - total / num_parts)))
+    g = (indptr, indices, data, vw)
+    a = np.zeros_like(assign) if free else assign.copy()  # assign stays the fallback
+    to_coarse = np.arange(assign.shape[0])
+    depth = 0
+    while g[0].shape[0] - 1 > coarsest:
+        cmap, nc = K.match_in_parts(*g, a, max_vw, salt * 131 + depth)
+        if nc > _MIN_SHRINK * (g[0].shape[0] - 1):
             break
-        cmap, cadj, cw, ca = _coarsen(cur_adj, cur_w, cur_a, max_node_w, 97 * salt + depth)
-        if cadj.shape[0] > 0.9 * cur_adj.shape[0]:
-            break  # matching found too little to coarsen: stop here
-        levels.append((cmap, cur_adj, cur_w))
-        cur_adj, cur_w, cur_a = cadj, cw, ca
-    # refine from the coarsest level up, projecting the parts down each time
-    cur_a = greedy_refine(cur_a, num_parts, cur_adj, cur_w, coarse_imbalance * mean, salt=97 * salt + len(levels))
-    for depth in range(len(levels) - 1, -1, -1):
-        cmap, fadj, fw = levels[depth]
-        cur_a = cur_a[cmap]
-        bound = imbalance if depth == 0 else coarse_imbalance
-        cur_a = greedy_refine(cur_a, num_parts, fadj, fw, bound * mean, salt=97 * salt + depth)
-    if not levels:
-        cur_a = greedy_refine(cur_a, num_parts, adj, w, imbalance * mean)
-    part_w = np.bincount(cur_a, weights=w, minlength=num_parts)
-    if part_w.max() > imbalance * mean * (1 + 1e-12) or (np.bincount(cur_a, minlength=num_parts) == 0).any():
-        cur_a = greedy_refine(original, num_parts, adj, w, imbalance * mean)
-    return cur_a
+        levels.append((cmap, g))
+        ca = np.empty(nc, dtype=np.int64)
+        ca[cmap] = a
+        g, a = K.contract(*g, cmap, nc), ca
+        to_coarse = cmap[to_coarse]
+        depth += 1
+    if free:  # each coarsest node joins the part holding most of its weight
+        # (sparse votes: a dense [nc, P] table would grow as P^2 where coarsening stalls early)
+        keys, inverse = np.unique(to_coarse * num_parts + assign, return_inverse=True)
+        coarse, part = np.divmod(keys, num_parts)
+        order = np.lexsort((-np.bincount(inverse, weights=vw), coarse))  # heaviest part first (ties: lowest id)
+        first = np.ones(order.shape[0], dtype=bool)
+        first[1:] = coarse[order][1:] != coarse[order][:-1]
+        a = np.empty(g[0].shape[0] - 1, dtype=np.int64)
+        a[coarse[order][first]] = part[order][first]
+        if np.unique(a).shape[0] < num_parts:  # a part lost every cluster: this cycle cannot help
+            return assign
+    for level in range(len(levels), -1, -1):
+        if level < len(levels):
+            cmap, g = levels[level]
+            a = a[cmap]
+        # the bound tightens level by level, so the finest level has little left to rebalance
+        bound = max_w + (coarse_w - max_w) * level / max(len(levels), 1)
+        if level == len(levels):
+            K.repair_components(*g, a, num_parts, _REPAIR_SLACK * total / num_parts)
+        K.rebalance(*g, a, num_parts, bound, salt + level)
+        nl = g[0].shape[0] - 1
+        stall = nl if level == len(levels) else max(_STALL, nl // _STALL_DIV)
+        K.fm_refine(*g, a, num_parts, bound, _PASSES, stall, _MIN_GAIN, salt + level)
+    if np.bincount(a, weights=vw, minlength=num_parts).max() > max_w or np.bincount(a, minlength=num_parts).min() == 0:
+        return assign  # the finest level could not restore the bound: keep the cycle's input
+    return a

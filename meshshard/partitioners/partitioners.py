@@ -48,8 +48,8 @@ class BasePartitioner:
             default :data:`DEFAULT_IMBALANCE` (1.01).
         seed: tie-break / METIS seed; the same input and seed give the same partition.
         refine: geometric methods only: when an ``edge_index`` is given, move boundary nodes to
-            lower the edge cut (default True): greedy vectorised Fiduccia-Mattheyses passes on a
-            hierarchy of coarsened graphs
+            lower the edge cut (default True): compiled k-way Fiduccia-Mattheyses passes on a
+            hierarchy of coarsened graphs, then merging of parts' disconnected pieces
             (:func:`~meshshard.partitioners.multilevel.multilevel_refine`).
     """
 
@@ -103,7 +103,8 @@ class BasePartitioner:
             ew = as_edge_weights(edge_weights, ei.shape[1])
         assign = self._initial(pts, num_parts, w)
         if ei is not None and self.refine and num_parts > 1:
-            assign = multilevel_refine(assign, num_parts, ei, weights=w, edge_weights=ew, imbalance=self.imbalance)
+            assign = multilevel_refine(assign, num_parts, ei, weights=w, edge_weights=ew, imbalance=self.imbalance,
+                                       seed=self.seed)
         return Partition(torch.from_numpy(assign), num_parts, method=self.name,
                          node_weights=None if w is None else torch.from_numpy(w))
 

@@ -1,4 +1,4 @@
-"""Partition quality figures: edge cut, balance, ghost (halo) nodes, communication partners."""
+"""Partition quality figures: edge cut, balance, ghost (halo) nodes, communication partners, connectivity."""
 from __future__ import annotations
 
 from typing import Dict
@@ -7,6 +7,7 @@ import numpy as np
 
 from meshshard.partitioners._graph import undirected_pairs
 from meshshard.partitioners._validate import as_edge_index, as_node_weights
+from meshshard.partitioners.multilevel import part_components
 from meshshard.partitioners.partition import Partition
 
 __all__ = ["partition_quality"]
@@ -34,7 +35,10 @@ def partition_quality(part: Partition, edge_index, weights=None) -> Dict[str, fl
         - ``ghost_fraction`` (float): ``ghost_nodes / N``;
         - ``comm_volume`` (int): rows one halo exchange moves (= ``ghost_nodes``);
         - ``max_neighbor_ranks`` (int): max over parts of the number of other parts it shares an
-          edge with.
+          edge with;
+        - ``disconnected_parts`` (int): over all parts, the connected components of the part's
+          induced subgraph minus one (0: every non-empty part is connected). A graph that is
+          itself disconnected can force it above 0.
     """
     if not isinstance(part, Partition):
         raise TypeError(f"part must be a Partition, got {type(part).__name__}")
@@ -65,4 +69,5 @@ def partition_quality(part: Partition, edge_index, weights=None) -> Dict[str, fl
         "ghost_fraction": ghost_nodes / n if n else 0.0,
         "comm_volume": ghost_nodes,
         "max_neighbor_ranks": int(nbr_counts.max()) if nbr_counts.size else 0,
+        "disconnected_parts": int(np.maximum(part_components(a, ei, part.num_parts) - 1, 0).sum()),
     }

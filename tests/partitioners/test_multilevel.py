@@ -5,7 +5,8 @@ import torch
 
 import meshshard as ms
 from meshshard.partitioners import Partition, partition, partition_quality
-from meshshard.partitioners.multilevel import _coarsen, greedy_refine, multilevel_refine, symmetric_adjacency
+from meshshard.partitioners import _refine_numba as K
+from meshshard.partitioners.multilevel import _csr, multilevel_refine
 from tests.conftest import MESH_FILES
 from tests.partitioners._meshes import partition_of
 
@@ -19,27 +20,32 @@ def _cut(assign, ei):
     return partition_quality(Partition(torch.from_numpy(assign), int(assign.max()) + 1), ei)
 
 
-def test_symmetrisation_ignores_direction_duplicates_and_loops():
+def test_csr_ignores_direction_duplicates_and_loops_keeps_largest_weight():
     ei = np.array([[0, 1, 2, 2, 3], [1, 2, 3, 2, 0]])
     both = np.concatenate([ei, ei[::-1], ei], axis=1)
-    a, b = symmetric_adjacency(ei, 4), symmetric_adjacency(both, 4)
-    assert (a != b).nnz == 0
-    assert a.diagonal().sum() == 0 and (a != a.T).nnz == 0 and a.nnz == 8
+    (pa, ia, da), (pb, ib, db) = _csr(ei, 4, None), _csr(both, 4, None)
+    dense = lambda p, i, d: np.add.at(z := np.zeros((4, 4)), (np.repeat(np.arange(4), np.diff(p)), i), d) or z  # noqa: E731
+    a, b = dense(pa, ia, da), dense(pb, ib, db)
+    assert np.array_equal(a, b) and np.array_equal(a, a.T) and a.trace() == 0 and (a > 0).sum() == 8
+    w = np.array([1.0, 2.0, 3.0, 9.0, 4.0, 5.0, 6.0, 7.0, 9.0, 8.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    c = dense(*_csr(both, 4, w))
+    assert c[0, 1] == 5.0 and c[1, 2] == 6.0 and c[2, 3] == 7.0 and c[3, 0] == 8.0  # the largest of each edge
 
 
 def test_coarsening_keeps_parts_and_cut(data_dir):
     pts, ei = _mesh(data_dir, "rae2822_turb.su2")
     n = pts.shape[0]
     assign = partition(pts, 7, "hilbert", refine=False).assignment.numpy()
-    adj = symmetric_adjacency(ei, n)
-    cmap, cadj, cw, ca = _coarsen(adj, np.ones(n), assign, max_node_w=4.0, salt=0)
-    assert cadj.shape[0] < 0.75 * n  # it really coarsens
+    indptr, indices, data = _csr(ei, n, None)
+    cmap, nc = K.match_in_parts(indptr, indices, data, np.ones(n), assign, 2.0, 0)
+    assert nc < 0.75 * n  # it really coarsens
+    ca = np.empty(nc, dtype=np.int64)
+    ca[cmap] = assign
     assert np.array_equal(ca[cmap], assign)  # every cluster inside one part
-    assert cw.sum() == n and cw.max() <= 4.0
+    cp, ci, cd, cw = K.contract(indptr, indices, data, np.ones(n), cmap, nc)
+    assert cw.sum() == n and cw.max() <= 2.0 and cd.sum() == data.sum() - 2 * (n - nc)
     # the cut weight of the coarse graph equals the fine edge cut
-    coo = cadj.tocoo()
-    coarse_cut = coo.data[ca[coo.row] != ca[coo.col]].sum() / 2
-    assert coarse_cut == _cut(assign, ei)["edge_cut"]
+    assert K.cut_weight(cp, ci, cd, ca) == _cut(assign, ei)["edge_cut"]
 
 
 @pytest.mark.parametrize("name", MESH_FILES)
@@ -72,15 +78,25 @@ def test_weighted_bound_and_one_direction_edges(data_dir):
     assert _cut(a, ei)["edge_cut"] < _cut(plain, ei)["edge_cut"]
 
 
-def test_greedy_refine_repairs_an_overweight_part(data_dir):
+def test_an_overweight_input_is_rebalanced(data_dir):
     pts, ei = _mesh(data_dir, "naca0012_inviscid.su2")
     n = pts.shape[0]
     assign = partition(pts, 4, "kdtree", refine=False).assignment.numpy()
     heavy = np.flatnonzero(assign == 1)[:200]
     assign[heavy] = 0  # part 0 now ~15% above the mean
-    adj = symmetric_adjacency(ei, n)
-    out = greedy_refine(assign.copy(), 4, adj, np.ones(n), 1.01 * n / 4, max_rounds=200)
+    out = multilevel_refine(assign, 4, ei, imbalance=1.01)
     assert np.bincount(out, minlength=4).max() <= 1.01 * n / 4
+
+
+def test_same_seed_same_result_other_seed_other_matching(data_dir):
+    pts, ei = _mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    plain = partition(pts, 6, "morton", refine=False).assignment.numpy()
+    a, b = multilevel_refine(plain, 6, ei, seed=3), multilevel_refine(plain.copy(), 6, ei, seed=3)
+    assert np.array_equal(a, b)
+    c = multilevel_refine(plain, 6, ei, seed=4)
+    assert not np.array_equal(a, c)  # the seed reaches the matching and tie-breaks
+    for out in (a, c):
+        assert np.bincount(out, minlength=6).max() <= 1.01 * pts.shape[0] / 6
 
 
 def test_trivial_inputs():

@@ -20,6 +20,22 @@ def _brute(assign, edges, n, num_parts, weights=None):
         g = {v for u in members for v in adj[u] if assign[v] != p}
         ghosts += len(g)
         nbr_parts.append(len({assign[v] for v in g}))
+    pieces = 0  # per part: connected components of its induced subgraph, minus one
+    for p in range(num_parts):
+        members = {i for i in range(n) if assign[i] == p}
+        seen, comps = set(), 0
+        for s in sorted(members):
+            if s in seen:
+                continue
+            comps += 1
+            stack = [s]
+            seen.add(s)
+            while stack:
+                u = stack.pop()
+                for v in adj[u] & members - seen:
+                    seen.add(v)
+                    stack.append(v)
+        pieces += max(comps - 1, 0)
     w = [1.0] * n if weights is None else list(weights)
     pw = [sum(w[i] for i in range(n) if assign[i] == p) for p in range(num_parts)]
     return {
@@ -29,6 +45,7 @@ def _brute(assign, edges, n, num_parts, weights=None):
         "ghost_fraction": ghosts / n,
         "comm_volume": ghosts,
         "max_neighbor_ranks": max(nbr_parts),
+        "disconnected_parts": pieces,
     }
 
 
@@ -65,3 +82,14 @@ def test_quality_uses_partition_weights_and_checks_input():
         partition_quality(part, [[0, 1], [1, 3]])
     with pytest.raises(TypeError, match="Partition"):
         partition_quality([0, 0, 1], [[0], [1]])
+
+
+def test_disconnected_parts_on_hand_made_graphs():
+    path = [[0, 1, 2, 3, 4], [1, 2, 3, 4, 5]]  # 0-1-2-3-4-5
+    assert partition_quality(Partition([0, 0, 0, 1, 1, 1], 2), path)["disconnected_parts"] == 0
+    # part 0 = {0, 1, 4, 5}: two pieces; part 1 = {2, 3}: one
+    assert partition_quality(Partition([0, 0, 1, 1, 0, 0], 2), path)["disconnected_parts"] == 1
+    # alternating: part 0 = {0, 2, 4} three pieces, part 1 = {1, 3, 5} three pieces
+    assert partition_quality(Partition([0, 1, 0, 1, 0, 1], 2), path)["disconnected_parts"] == 4
+    # an empty part counts 0, an isolated node is a piece of its own
+    assert partition_quality(Partition([0, 0, 0, 0, 0, 0], 2), [[0, 1], [1, 2]])["disconnected_parts"] == 3

@@ -55,3 +55,83 @@ def test_refinement_on_drivaer_knn(data_dir):
     ref = partition(torch.from_numpy(pts), 7, "morton", edge_index=ei)
     assert partition_quality(ref, ei)["edge_cut"] < partition_quality(plain, ei)["edge_cut"]
     assert partition_quality(ref, ei)["imbalance"] <= 1.01 + 1e-12
+
+
+def _grid(k):
+    """k x k grid graph (both directions) and node coordinates."""
+    idx = np.arange(k * k).reshape(k, k)
+    e = np.concatenate([np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()]),
+                        np.stack([idx[:-1].ravel(), idx[1:].ravel()])], axis=1)
+    return np.concatenate([e, e[::-1]], axis=1), np.stack(np.divmod(np.arange(k * k), k), axis=1).astype(float)
+
+
+def test_repair_merges_a_split_part_into_its_neighbour():
+    from meshshard.partitioners import Partition
+
+    ei, xy = _grid(10)
+    a = (xy[:, 1] >= 5).astype(np.int64)  # left half 0, right half 1
+    island = np.flatnonzero((xy[:, 0] == 2) & (xy[:, 1] >= 7) & (xy[:, 1] <= 8))
+    a[island] = 0  # a 2-node piece of part 0 inside part 1
+    assert partition_quality(Partition(torch.from_numpy(a), 2), ei)["disconnected_parts"] == 1
+    out = multilevel_refine(a, 2, ei, imbalance=1.1)
+    q = partition_quality(Partition(torch.from_numpy(out), 2), ei)
+    assert q["disconnected_parts"] == 0 and q["imbalance"] <= 1.1
+    assert q["edge_cut"] <= 12  # the island (6 cut edges) is gone; a straight cut has 10
+
+
+def test_repair_kernel_respects_bound_and_leaves_separate_graph_components():
+    from meshshard.partitioners import _refine_numba as K
+    from meshshard.partitioners.multilevel import _csr
+
+    ei, xy = _grid(6)
+    n = 36
+    a = (xy[:, 1] >= 3).astype(np.int64)
+    a[[16, 22]] = 0  # nodes (2, 4) and (3, 4): a 2-node piece of part 0 inside part 1
+    indptr, indices, data = _csr(ei, n, None)
+    before = K.cut_weight(indptr, indices, data, a)
+    tight = a.copy()
+    assert K.repair_components(indptr, indices, data, np.ones(n), tight, 2, 17.0) == 1  # part 1 (16 nodes) has no room
+    assert np.array_equal(tight, a)
+    loose = a.copy()
+    assert K.repair_components(indptr, indices, data, np.ones(n), loose, 2, 40.0) == 0
+    assert np.array_equal(loose[[16, 22]], [1, 1]) and K.cut_weight(indptr, indices, data, loose) < before
+    # two separate paths both in part 0 and a third path in part 1: part 0's second piece has no
+    # edge to another part, so it stays (the graph itself is disconnected there)
+    paths = np.array([[0, 1, 3, 4, 6, 7], [1, 2, 4, 5, 7, 8]])
+    b = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1])
+    indptr, indices, data = _csr(paths, 9, None)
+    assert K.repair_components(indptr, indices, data, np.ones(9), b, 2, 100.0) == 1
+    assert np.array_equal(b, [0, 0, 0, 0, 0, 0, 1, 1, 1])
+
+
+#: refined cut / METIS cut at 7 parts, ~10k nodes, as measured on 2 shared CPU cores (several runs;
+#: gmsh meshes differ slightly run to run): kdtree 0.93-1.13, hilbert 0.93-1.34. Issue 13's target is 1.15.
+_FAMILY_BOUND = {"kdtree": 1.15, "hilbert": 1.4}
+
+
+@pytest.mark.parametrize("name", ["hex block (graded)", "shell (prism)", "bodies (2D tri)", "mixed (hex+prism)"])
+def test_refined_cut_near_metis_on_unseen_geometries(name):
+    from meshshard.datasets.gmsh_meshes import GMSH_FAMILY
+
+    mesh = GMSH_FAMILY[name](8000)
+    pts, ei = mesh.points, mesh.edge_index()
+    metis = partition_quality(partition(pts, 7, "graph", edge_index=ei), ei)["edge_cut"]
+    for method, bound in _FAMILY_BOUND.items():
+        ref = partition(pts, 7, method, edge_index=ei)
+        q = partition_quality(ref, ei)
+        assert q["edge_cut"] <= bound * metis, (method, q["edge_cut"] / metis)
+        assert q["imbalance"] <= 1.01 + 1e-12
+        assert ref == partition(pts, 7, method, edge_index=ei)  # deterministic
+
+
+def test_zero_weight_edges_list_their_part_once():
+    # zero-weight edges once listed a part per edge in a scratch array of P entries (overrun when
+    # a node had more than P such edges); now each part is listed once per node
+    ei, xy = _grid(12)
+    w = np.where(np.arange(ei.shape[1]) % 3 == 0, 0.0, 1.0)
+    start = (xy[:, 0] >= 6).astype(np.int64)
+    for seed in range(3):
+        out = multilevel_refine(start, 2, ei, edge_weights=w, imbalance=1.05, seed=seed)
+        assert np.bincount(out, minlength=2).max() <= 1.05 * 72
+        cut = lambda a: float(w[a[ei[0]] != a[ei[1]]].sum())  # noqa: E731
+        assert cut(out) <= cut(start)

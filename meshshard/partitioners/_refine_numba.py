@@ -1,0 +1,510 @@
+"""Compiled (numba) kernels of the multilevel refinement: matching, contraction, k-way FM, rebalancing, repair.
+
+All kernels are sequential with fixed tie-breaks (a hash of the node id and a salt), so the same
+input and salt give the same result. Graphs are symmetric CSR: ``indptr`` int64 ``[n + 1]``,
+``indices`` int64 ``[nnz]`` (no self loops), ``data`` float64 ``[nnz]`` edge weights; ``vw`` float64
+``[n]`` node weights; ``assign`` int64 ``[n]`` part ids.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["build_csr", "match_in_parts", "contract", "fm_refine", "rebalance", "label_components", "repair_components",
+           "cut_weight"]
+
+_M1 = np.uint64(0x9E3779B97F4A7C15)
+_M2 = np.uint64(0xBF58476D1CE4E5B9)
+_M3 = np.uint64(0x94D049BB133111EB)
+
+
+@njit(cache=True)
+def _mix(x, salt):
+    """splitmix64 of ``x`` and ``salt`` (uint64): the deterministic tie-break."""
+    z = np.uint64(x) * _M1 + np.uint64(salt) * _M3 + _M1
+    z = (z ^ (z >> np.uint64(30))) * _M2
+    z = (z ^ (z >> np.uint64(27))) * _M3
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(cache=True)
+def build_csr(src, dst, w, n):
+    """Symmetric CSR of the undirected graph of edges ``src[i] - dst[i]`` (either or both directions given).
+
+    Self loops are dropped; an edge given several times keeps its largest weight. Returns
+    ``(indptr, indices, data)``; neighbours are in input order, not sorted.
+    """
+    deg = np.zeros(n + 1, dtype=np.int64)
+    for i in range(src.shape[0]):
+        if src[i] != dst[i]:
+            deg[src[i] + 1] += 1
+            deg[dst[i] + 1] += 1
+    for u in range(n):
+        deg[u + 1] += deg[u]
+    fill = deg[:-1].copy()
+    nbr = np.empty(deg[n], dtype=np.int64)
+    nw = np.empty(deg[n])
+    for i in range(src.shape[0]):
+        a, b = src[i], dst[i]
+        if a != b:
+            nbr[fill[a]], nw[fill[a]] = b, w[i]
+            fill[a] += 1
+            nbr[fill[b]], nw[fill[b]] = a, w[i]
+            fill[b] += 1
+    # merge repeats row by row: slot[v] = where v sits in the current row
+    slot = np.full(n, -1, dtype=np.int64)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    pos = 0
+    for u in range(n):
+        row_start = pos
+        for e in range(deg[u], deg[u + 1]):
+            v = nbr[e]
+            s = slot[v]
+            if s >= row_start:
+                if nw[e] > nw[s]:
+                    nw[s] = nw[e]
+            else:
+                slot[v] = pos
+                nbr[pos] = v
+                nw[pos] = nw[e]
+                pos += 1
+        indptr[u + 1] = pos
+    return indptr, nbr[:pos].copy(), nw[:pos].copy()
+
+
+@njit(cache=True)
+def cut_weight(indptr, indices, data, assign):
+    """Total weight of the edges between parts (each undirected edge once)."""
+    total = 0.0
+    for u in range(assign.shape[0]):
+        a = assign[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            if assign[indices[e]] != a:
+                total += data[e]
+    return total / 2.0
+
+
+@njit(cache=True)
+def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
+    """Heavy-edge matching restricted to edges inside a part -> ``(cmap [n], nc)``.
+
+    Nodes are visited in id order from a salted start; each unmatched node takes its unmatched neighbour in
+    the same part over the heaviest edge (ties: the smaller hash), if the pair weighs at most
+    ``max_vw``. Coarse node ids follow the first visit of each pair, so every cluster lies in
+    one part and the coarse cut equals the fine cut.
+    """
+    n = assign.shape[0]
+    # visit order: the node order (meshes number nodes with locality, so this is cache-friendly)
+    # from a salted start; ties between equal edges go to the neighbour with the smaller hash
+    first = np.int64(_mix(0, salt) % np.uint64(max(n, 1)))
+    mate = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        u = first + i
+        if u >= n:
+            u -= n
+        if mate[u] >= 0:
+            continue
+        best, best_w, best_h = -1, -1.0, np.uint64(0)
+        for e in range(indptr[u], indptr[u + 1]):
+            v = indices[e]
+            if mate[v] >= 0 or v == u or assign[v] != assign[u] or vw[u] + vw[v] > max_vw:
+                continue
+            w = data[e]
+            if w > best_w or (w == best_w and _mix(v, salt) < best_h):
+                best, best_w, best_h = v, w, _mix(v, salt)
+        if best >= 0:
+            mate[u] = best
+            mate[best] = u
+        else:
+            mate[u] = u
+    cmap = np.full(n, -1, dtype=np.int64)
+    nc = 0
+    for u in range(n):  # ids in node order: the coarse graph keeps the fine graph's locality
+        if cmap[u] < 0:
+            cmap[u] = nc
+            cmap[mate[u]] = nc
+            nc += 1
+    return cmap, nc
+
+
+@njit(cache=True)
+def contract(indptr, indices, data, vw, cmap, nc):
+    """Coarse graph of the clusters ``cmap``: summed node and edge weights, no self loops.
+
+    Returns ``(indptr, indices, data, vw)`` of the coarse graph.
+    """
+    n = cmap.shape[0]
+    # members of each coarse node, by counting sort
+    start = np.zeros(nc + 1, dtype=np.int64)
+    for u in range(n):
+        start[cmap[u] + 1] += 1
+    for c in range(nc):
+        start[c + 1] += start[c]
+    members = np.empty(n, dtype=np.int64)
+    fill = start[:-1].copy()
+    for u in range(n):
+        members[fill[cmap[u]]] = u
+        fill[cmap[u]] += 1
+    cvw = np.zeros(nc)
+    c_indptr = np.zeros(nc + 1, dtype=np.int64)
+    c_indices = np.empty(indices.shape[0], dtype=np.int64)
+    c_data = np.empty(indices.shape[0])
+    slot = np.full(nc, -1, dtype=np.int64)  # position of coarse neighbour in the current row
+    pos = 0
+    for c in range(nc):
+        row_start = pos
+        for k in range(start[c], start[c + 1]):
+            u = members[k]
+            cvw[c] += vw[u]
+            for e in range(indptr[u], indptr[u + 1]):
+                d = cmap[indices[e]]
+                if d == c:
+                    continue
+                s = slot[d]
+                if s >= row_start:
+                    c_data[s] += data[e]
+                else:
+                    slot[d] = pos
+                    c_indices[pos] = d
+                    c_data[pos] = data[e]
+                    pos += 1
+        c_indptr[c + 1] = pos
+    return c_indptr, c_indices[:pos].copy(), c_data[:pos].copy(), cvw
+
+
+@njit(cache=True)
+def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
+    """Best feasible move of ``u`` -> ``(gain, target)``; target -1 when none (or ``u`` is interior).
+
+    The target is the neighbouring part with the most edge weight to ``u`` among those that stay
+    within ``max_w`` with ``u``; ties go to the lighter part. ``conn`` (float64 ``[P]``, all -1:
+    "not listed", so zero-weight edges still list their part once) and ``touched`` are scratch.
+    """
+    own = assign[u]
+    nt = 0
+    for e in range(indptr[u], indptr[u + 1]):
+        p = assign[indices[e]]
+        if conn[p] < 0.0:
+            conn[p] = 0.0
+            touched[nt] = p
+            nt += 1
+        conn[p] += data[e]
+    best, best_c = -1, -1.0
+    for i in range(nt):
+        p = touched[i]
+        if p == own or part_w[p] + vw[u] > max_w:
+            continue
+        c = conn[p]
+        if c > best_c or (c == best_c and part_w[p] < part_w[best]):
+            best, best_c = p, c
+    gain = best_c - max(conn[own], 0.0)
+    for i in range(nt):
+        conn[touched[i]] = -1.0
+    return gain, best
+
+
+@njit(cache=True)
+def _push(hk, ht, hn, size, k, t, u):
+    """Push ``(k, t) -> u`` on a binary max-heap; returns the new size.
+
+    A full heap drops the entry: the heap only proposes moves (each is re-evaluated when popped),
+    and the capacity (``n + nnz``, every push a pass can make) is never reached in practice.
+    """
+    if size == hk.shape[0]:
+        return size
+    i = size
+    while i > 0:
+        parent = (i - 1) >> 1
+        if hk[parent] > k or (hk[parent] == k and ht[parent] >= t):
+            break
+        hk[i], ht[i], hn[i] = hk[parent], ht[parent], hn[parent]
+        i = parent
+    hk[i], ht[i], hn[i] = k, t, u
+    return size + 1
+
+
+@njit(cache=True)
+def _pop(hk, ht, hn, size):
+    """Remove the top of the heap; returns ``(k, u, new size)``."""
+    k, u = hk[0], hn[0]
+    size -= 1
+    lk, lt, ln = hk[size], ht[size], hn[size]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and (hk[c + 1] > hk[c] or (hk[c + 1] == hk[c] and ht[c + 1] > ht[c])):
+            c += 1
+        if lk > hk[c] or (lk == hk[c] and lt >= ht[c]):
+            break
+        hk[i], ht[i], hn[i] = hk[c], ht[c], hn[c]
+        i = c
+    hk[i], ht[i], hn[i] = lk, lt, ln
+    return k, u, size
+
+
+@njit(cache=True)
+def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt):
+    """k-way Fiduccia-Mattheyses passes with a gain heap and rollback to the best prefix. Modifies ``assign``.
+
+    Each pass puts every boundary node on a max-heap keyed by the gain of its best feasible move
+    (target part stays within ``max_w``; a part never empties), then repeatedly moves the top
+    node (gains are recomputed when popped, stale entries re-queued), locks it and re-queues its
+    neighbours, accepting negative gains (hill climbing) until ``stall_limit`` moves pass without
+    a new best; the moves after the best prefix are undone. Passes repeat while one removes more
+    than ``min_gain`` times the cut it started from.
+
+    Returns the total cut weight removed.
+    """
+    n = assign.shape[0]
+    part_w = np.zeros(num_parts)
+    sizes = np.zeros(num_parts, dtype=np.int64)
+    for u in range(n):
+        part_w[assign[u]] += vw[u]
+        sizes[assign[u]] += 1
+    conn = np.full(num_parts, -1.0)
+    touched = np.empty(num_parts, dtype=np.int64)
+    locked = np.zeros(n, dtype=np.bool_)
+    log_node = np.empty(n, dtype=np.int64)
+    log_from = np.empty(n, dtype=np.int64)
+    cap = n + indices.shape[0]
+    hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
+    total_gain = 0.0
+    for pass_ in range(max_passes):
+        s = np.uint64(salt) * np.uint64(1009) + np.uint64(pass_)
+        size = 0
+        cut = 0.0
+        for u in range(n):
+            a = assign[u]
+            for e in range(indptr[u], indptr[u + 1]):
+                if assign[indices[e]] != a:
+                    cut += data[e]
+            for e in range(indptr[u], indptr[u + 1]):
+                if assign[indices[e]] != a:
+                    g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+                    if t >= 0:
+                        size = _push(hk, ht, hn, size, g, _mix(u, s), u)
+                    break
+        nmoves, best_len, cum, best_cum = 0, 0, 0.0, 0.0
+        while size > 0:
+            g, u, size = _pop(hk, ht, hn, size)
+            if locked[u]:
+                continue
+            src = assign[u]
+            if sizes[src] <= 1:
+                continue
+            g2, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+            if t < 0:
+                continue
+            if g2 != g:  # stale entry (a neighbour moved or a part filled up): queue the fresh gain
+                size = _push(hk, ht, hn, size, g2, _mix(u, s), u)
+                continue
+            assign[u] = t
+            part_w[src] -= vw[u]
+            part_w[t] += vw[u]
+            sizes[src] -= 1
+            sizes[t] += 1
+            locked[u] = True
+            log_node[nmoves] = u
+            log_from[nmoves] = src
+            nmoves += 1
+            cum += g2
+            if cum > best_cum + 1e-9:
+                best_cum, best_len = cum, nmoves
+            elif nmoves - best_len >= stall_limit:
+                break
+            for e in range(indptr[u], indptr[u + 1]):
+                v = indices[e]
+                if not locked[v]:
+                    gv, tv = _best_move(v, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+                    if tv >= 0:
+                        size = _push(hk, ht, hn, size, gv, _mix(v, s), v)
+        for i in range(nmoves - 1, best_len - 1, -1):  # roll back past the best prefix
+            u, src = log_node[i], log_from[i]
+            t = assign[u]
+            assign[u] = src
+            part_w[t] -= vw[u]
+            part_w[src] += vw[u]
+            sizes[t] -= 1
+            sizes[src] += 1
+        for i in range(nmoves):
+            locked[log_node[i]] = False
+        total_gain += best_cum
+        if best_cum <= min_gain * 0.5 * cut + 1e-9:  # (cut counted each edge twice)
+            break
+    return total_gain
+
+
+@njit(cache=True)
+def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
+    """Best move of ``u`` out of its overweight part: into a part with room if any, else into one
+    that ends no heavier than the source was (weight then flows through full parts)."""
+    g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+    if t < 0:
+        g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, part_w[assign[u]], conn, touched)
+    return g, t
+
+
+@njit(cache=True)
+def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
+    """Move boundary nodes out of parts heavier than ``max_w``, cheapest cut increase first. Modifies ``assign``.
+
+    A target is a neighbouring part with room, or else one that ends no heavier than the source
+    was; the latter passes the excess on, round after round, until it reaches a part with room.
+    Returns True when every part ends within ``max_w``.
+    """
+    n = assign.shape[0]
+    part_w = np.zeros(num_parts)
+    sizes = np.zeros(num_parts, dtype=np.int64)
+    for u in range(n):
+        part_w[assign[u]] += vw[u]
+        sizes[assign[u]] += 1
+    conn = np.full(num_parts, -1.0)
+    touched = np.empty(num_parts, dtype=np.int64)
+    cap = n + indices.shape[0]
+    hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
+    # passing excess on takes about one round per part it crosses
+    for round_ in range(2 * num_parts + 8):
+        over = False
+        for p in range(num_parts):
+            if part_w[p] > max_w:
+                over = True
+        if not over:
+            return True
+        s = np.uint64(salt) * np.uint64(7919) + np.uint64(round_)
+        size = 0
+        for u in range(n):
+            src = assign[u]
+            if part_w[src] <= max_w or vw[u] == 0.0:
+                continue
+            g, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+            if t >= 0:
+                size = _push(hk, ht, hn, size, g, _mix(u, s), u)
+        moved = 0
+        while size > 0:
+            g, u, size = _pop(hk, ht, hn, size)
+            src = assign[u]
+            if part_w[src] <= max_w or sizes[src] <= 1:
+                continue
+            g2, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+            if t < 0:
+                continue
+            if g2 != g:
+                size = _push(hk, ht, hn, size, g2, _mix(u, s), u)
+                continue
+            assign[u] = t
+            part_w[src] -= vw[u]
+            part_w[t] += vw[u]
+            sizes[src] -= 1
+            sizes[t] += 1
+            moved += 1
+            for e in range(indptr[u], indptr[u + 1]):  # the move exposed new boundary nodes of src
+                v = indices[e]
+                if assign[v] == src and part_w[src] > max_w and vw[v] > 0.0:
+                    gv, tv = _rebalance_move(v, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+                    if tv >= 0:
+                        size = _push(hk, ht, hn, size, gv, _mix(v, s), v)
+        if moved == 0:
+            break
+    for p in range(num_parts):
+        if part_w[p] > max_w:
+            return False
+    return True
+
+
+@njit(cache=True)
+def label_components(indptr, indices, assign):
+    """Connected components of each part's induced subgraph -> ``(label [n], count)``."""
+    n = assign.shape[0]
+    label = np.full(n, -1, dtype=np.int64)
+    stack = np.empty(n, dtype=np.int64)
+    count = 0
+    for r in range(n):
+        if label[r] >= 0:
+            continue
+        label[r] = count
+        top = 0
+        stack[0] = r
+        top = 1
+        while top > 0:
+            top -= 1
+            u = stack[top]
+            for e in range(indptr[u], indptr[u + 1]):
+                v = indices[e]
+                if label[v] < 0 and assign[v] == assign[u]:
+                    label[v] = count
+                    stack[top] = v
+                    top += 1
+        count += 1
+    return label, count
+
+
+@njit(cache=True)
+def repair_components(indptr, indices, data, vw, assign, num_parts, max_w):
+    """Merge every piece of a part but its heaviest into the neighbouring part it shares most edge weight with.
+
+    A piece moves only where the target keeps within ``max_w`` (else the next best neighbour is
+    tried); pieces with no edge to another part (a separate component of the graph) stay.
+    Modifies ``assign``. Returns the number of pieces left that are not their part's heaviest.
+    """
+    n = assign.shape[0]
+    part_w = np.zeros(num_parts)
+    for u in range(n):
+        part_w[assign[u]] += vw[u]
+    left = 0
+    for sweep in range(4):  # a merge can make a neighbour's piece mergeable, so sweep again
+        label, count = label_components(indptr, indices, assign)
+        comp_w = np.zeros(count)
+        comp_part = np.empty(count, dtype=np.int64)
+        for u in range(n):
+            comp_w[label[u]] += vw[u]
+            comp_part[label[u]] = assign[u]
+        heaviest = np.full(num_parts, -1, dtype=np.int64)
+        for c in range(count):
+            p = comp_part[c]
+            if heaviest[p] < 0 or comp_w[c] > comp_w[heaviest[p]]:
+                heaviest[p] = c
+        # nodes grouped by component, by counting sort
+        start = np.zeros(count + 1, dtype=np.int64)
+        for u in range(n):
+            start[label[u] + 1] += 1
+        for c in range(count):
+            start[c + 1] += start[c]
+        members = np.empty(n, dtype=np.int64)
+        fill = start[:-1].copy()
+        for u in range(n):
+            members[fill[label[u]]] = u
+            fill[label[u]] += 1
+        conn = np.zeros(num_parts)
+        # lightest pieces first: they are the cheapest to move and the likeliest to fit
+        order = np.argsort(comp_w)
+        left, moved = 0, 0
+        for i in range(count):
+            c = order[i]
+            p = comp_part[c]
+            if heaviest[p] == c:
+                continue
+            for k in range(start[c], start[c + 1]):
+                u = members[k]
+                for e in range(indptr[u], indptr[u + 1]):
+                    q = assign[indices[e]]
+                    if q != p:
+                        conn[q] += data[e]
+            target = -1
+            for q in range(num_parts):
+                if conn[q] > 0.0 and part_w[q] + comp_w[c] <= max_w:
+                    if target < 0 or conn[q] > conn[target]:
+                        target = q
+                conn[q] = 0.0
+            if target < 0:
+                left += 1
+                continue
+            for k in range(start[c], start[c + 1]):
+                assign[members[k]] = target
+            part_w[p] -= comp_w[c]
+            part_w[target] += comp_w[c]
+            moved += 1
+        if moved == 0:
+            break
+    return left
