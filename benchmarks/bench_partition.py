@@ -423,7 +423,7 @@ def bench_cli(n_side: int, num_parts: int, repeat: int):
             results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
 
     n = f"{n_side ** 3:,}"
-    print(f"\n## 4. `meshshard partition -m graph -k {num_parts}` end to end on a {n_side}^3-node hexahedral box "
+    print(f"\n## 6. `meshshard partition -m graph -k {num_parts}` end to end on a {n_side}^3-node hexahedral box "
           f"({(n_side - 1) ** 3:,} hexahedra; {vtu_mib:.0f} MiB .vtu written by meshio in {t_write:.1f} s)\n")
     print("Seconds per phase; base = read + edges + METIS of the same run; imports = process start to the "
           "start of reading; other = the source file's sha256, meta.json, printing.\n")
@@ -513,7 +513,7 @@ def bench_family(sizes, num_parts: int, big: int):
         has_mtk = True
     except ImportError:
         has_mtk = False
-    print(f"\n## 4. unseen geometries (issue 13), {num_parts} parts: cut / METIS cut, time / METIS time "
+    print(f"\n## 7. unseen geometries (issue 13), {num_parts} parts: cut / METIS cut, time / METIS time "
           f"(geometric partition + refinement; numba JIT loaded once first, {t_jit:.1f} s)\n")
     cols = ["kdtree", "hilbert", "morton"] + (["kdtree+mtk", "hilbert+mtk"] if has_mtk else [])
     print("| mesh | N | METIS time [s] | " + " | ".join(f"{c} cut, time" for c in cols) + " | disconnected parts (METIS; "

@@ -34,9 +34,11 @@ def test_bench_partition():
     assert len(_table_rows(out, "27,000")) == 2  # `meshshard partition` end to end: time and memory rows
 
 
-@pytest.mark.timeout(180)
-def test_bench_partition_engines_and_distributed():
-    out = _run("bench_partition.py", 170, "--only", "engines,distributed")
+@pytest.mark.timeout(250)
+def test_bench_partition_engines_distributed_family():
+    out = _run("bench_partition.py", 240, "--only", "engines,distributed,family")
+    for mesh in ("vessel (tet)", "bodies (2D tri)", "shell (prism)", "boundary layer", "mixed (hex+prism)"):
+        assert any(line.startswith(f"| {mesh}") for line in out.splitlines()), mesh
     for label in ("graph engine=kaminpar", "graph engine=mtkahypar", "inertial plain", "inertial refined"):
         assert any(f"| {label} |" in line for line in out.splitlines()), label
     rows = [line for line in out.splitlines() if line.startswith(("| hilbert |", "| kdtree |"))]
