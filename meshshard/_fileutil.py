@@ -169,12 +169,42 @@ def remove_stale_temps(path: PathLike) -> None:
                 p.unlink()
 
 
-def atomic_torch_save(obj, path: PathLike) -> None:
-    """``torch.save`` through :func:`atomic_path`."""
+class _HashingWriter:
+    """A file object for ``torch.save`` that hashes the bytes on their way to the file."""
+
+    def __init__(self, f) -> None:
+        self.f = f
+        self.sha = hashlib.sha256()
+
+    def write(self, b) -> int:
+        self.sha.update(b)
+        return self.f.write(b)
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
+def atomic_torch_save(obj, path: PathLike) -> str:
+    """``torch.save`` through :func:`atomic_path`; returns the sha256 of the bytes written.
+
+    Saving through a stream hashes without reading the file back, and names the archive's records
+    ``archive/...`` instead of after the random temporary file, so equal objects give
+    byte-identical files (and checksums) on every run.
+
+    Args:
+        obj: anything ``torch.save`` takes.
+        path: the file to write.
+
+    Returns:
+        hex sha256 of the file's bytes.
+    """
     import torch
 
     with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+        with open(tmp, "wb") as f:
+            writer = _HashingWriter(f)
+            torch.save(obj, writer)
+    return writer.sha.hexdigest()
 
 
 def sha256_file(path: PathLike, chunk: int = 1 << 20) -> str:

@@ -32,7 +32,6 @@ that reads as complete.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -40,7 +39,7 @@ from typing import Dict, List, Optional, Union
 
 import torch
 
-from meshshard._fileutil import atomic_path, sha256_file
+from meshshard._fileutil import atomic_path, atomic_torch_save, sha256_file
 from meshshard.graph.halo import check_edge_index
 
 __all__ = ["FORMAT_VERSION", "save_parts", "read_meta", "verify_parts", "load_part", "part_file_name"]
@@ -122,7 +121,7 @@ def save_parts(
     (out / "meta.json").unlink(missing_ok=True)
 
     files: Dict[str, str] = {}
-    files["partition.pt"] = _save_hashed(partition.state_dict(), out / "partition.pt")  # what Partition.save writes
+    files["partition.pt"] = atomic_torch_save(partition.state_dict(), out / "partition.pt")  # what Partition.save writes
 
     from tqdm import tqdm
 
@@ -152,7 +151,7 @@ def save_parts(
             "edge_data": {k: v[lay.edge_ids] for k, v in edges.items()},
         }
         name = part_file_name(r)
-        files[name] = _save_hashed(part, out / name)
+        files[name] = atomic_torch_save(part, out / name)
 
     # parts of an earlier run with more parts would look like ours to a reader that globs: remove them
     for stale in out.glob("part_*.pt"):
@@ -182,34 +181,6 @@ def save_parts(
     with atomic_path(out / "meta.json") as tmp:
         tmp.write_text(json.dumps(info, indent=2, default=_json_default))
     return out
-
-
-class _HashingWriter:
-    """A file object for ``torch.save`` that hashes the bytes on their way to the file."""
-
-    def __init__(self, f) -> None:
-        self.f = f
-        self.sha = hashlib.sha256()
-
-    def write(self, b) -> int:
-        self.sha.update(b)
-        return self.f.write(b)
-
-    def flush(self) -> None:
-        self.f.flush()
-
-
-def _save_hashed(obj, path: Path) -> str:
-    """``torch.save`` to ``path`` atomically; the sha256 of the bytes, without reading the file back.
-
-    Saving through a stream also names the archive's records ``archive/...`` instead of after the
-    random temporary file, so equal parts give byte-identical files (and checksums) on every run.
-    """
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            writer = _HashingWriter(f)
-            torch.save(obj, writer)
-    return writer.sha.hexdigest()
 
 
 def _json_default(o):
