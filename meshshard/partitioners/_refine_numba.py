@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["build_csr", "match_in_parts", "contract", "fm_refine", "rebalance", "label_components", "repair_components",
+__all__ = ["build_csr", "match_in_parts", "group_by_label", "contract", "fm_refine", "rebalance", "label_components", "repair_components",
            "cut_weight"]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
@@ -128,23 +128,30 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
 
 
 @njit(cache=True)
+def group_by_label(label, count):
+    """Counting sort: ``members[start[c]:start[c + 1]]`` are the ids ``u`` with ``label[u] == c``, increasing."""
+    n = label.shape[0]
+    start = np.zeros(count + 1, dtype=np.int64)
+    for u in range(n):
+        start[label[u] + 1] += 1
+    for c in range(count):
+        start[c + 1] += start[c]
+    members = np.empty(n, dtype=np.int64)
+    fill = start[:-1].copy()
+    for u in range(n):
+        members[fill[label[u]]] = u
+        fill[label[u]] += 1
+    return start, members
+
+
+@njit(cache=True)
 def contract(indptr, indices, data, vw, cmap, nc):
     """Coarse graph of the clusters ``cmap``: summed node and edge weights, no self loops.
 
     Returns ``(indptr, indices, data, vw)`` of the coarse graph.
     """
     n = cmap.shape[0]
-    # members of each coarse node, by counting sort
-    start = np.zeros(nc + 1, dtype=np.int64)
-    for u in range(n):
-        start[cmap[u] + 1] += 1
-    for c in range(nc):
-        start[c + 1] += start[c]
-    members = np.empty(n, dtype=np.int64)
-    fill = start[:-1].copy()
-    for u in range(n):
-        members[fill[cmap[u]]] = u
-        fill[cmap[u]] += 1
+    start, members = group_by_label(cmap, nc)  # members of each coarse node
     cvw = np.zeros(nc)
     c_indptr = np.zeros(nc + 1, dtype=np.int64)
     c_indices = np.empty(indices.shape[0], dtype=np.int64)
@@ -465,17 +472,7 @@ def repair_components(indptr, indices, data, vw, assign, num_parts, max_w):
             p = comp_part[c]
             if heaviest[p] < 0 or comp_w[c] > comp_w[heaviest[p]]:
                 heaviest[p] = c
-        # nodes grouped by component, by counting sort
-        start = np.zeros(count + 1, dtype=np.int64)
-        for u in range(n):
-            start[label[u] + 1] += 1
-        for c in range(count):
-            start[c + 1] += start[c]
-        members = np.empty(n, dtype=np.int64)
-        fill = start[:-1].copy()
-        for u in range(n):
-            members[fill[label[u]]] = u
-            fill[label[u]] += 1
+        start, members = group_by_label(label, count)  # nodes grouped by component
         conn = np.zeros(num_parts)
         # lightest pieces first: they are the cheapest to move and the likeliest to fit
         order = np.argsort(comp_w)
