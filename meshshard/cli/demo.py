@@ -37,7 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hidden", type=int, default=None, help="MeshGraphNet width (default 32, quick 16)")
     parser.add_argument("--layers", type=int, default=None, help="processor blocks (default 4, quick 2)")
     parser.add_argument("--ranks", type=int, default=2, help="processes for the sharded run (default 2)")
-    parser.add_argument("--method", default="kdtree", choices=["kdtree", "morton", "hilbert", "graph"])
+    from meshshard.cli._mesh_cmd import METHODS  # every registered partitioner, as `partition -m` offers
+
+    parser.add_argument("--method", default="kdtree", choices=METHODS, help="partitioner (default kdtree)")
     parser.add_argument("--lr", type=float, default=5e-4, help="Adam learning rate (default 5e-4)")
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64"],
                         help="float64 (default) shows agreement to ~1e-12; float32 to its rounding, which "

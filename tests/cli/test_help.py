@@ -62,3 +62,15 @@ def test_quiet_is_accepted_by_every_command_and_keeps_the_result_line(tmp_path, 
         with pytest.raises(Stop) as stop:
             main(["demo", "--quick", "--out", str(tmp_path / "demo"), "--data", src, *argv])
         assert stop.value.args == (shown,)
+
+
+def test_demo_and_partition_offer_every_partitioner(capsys):
+    """Both commands take their -m/--method choices from the one partitioner registry."""
+    from meshshard.partitioners.partitioners import PARTITIONERS
+
+    for argv in (["partition", "--help"], ["demo", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        out = " ".join(capsys.readouterr().out.split())  # argparse wraps the choices list
+        assert all(m in out for m in PARTITIONERS), (argv, out)
+    assert "inertial" in PARTITIONERS
