@@ -21,3 +21,19 @@ def data_dir() -> Path:
     if not DATA_DIR.exists():
         pytest.fail(f"real test data not found at {DATA_DIR}; set MESHSHARD_DATA")
     return DATA_DIR
+
+
+def write_gmsh_square(path, mesh_size: float) -> None:
+    """Mesh the unit square with gmsh (triangles of size ``mesh_size``) and write it to ``path``."""
+    import gmsh  # installed by the [gmsh] extra that CI installs: missing means fail, not skip
+
+    gmsh.initialize()
+    try:
+        gmsh.option.setNumber("General.Terminal", 0)
+        gmsh.model.occ.addRectangle(0, 0, 0, 1, 1)
+        gmsh.model.occ.synchronize()
+        gmsh.option.setNumber("Mesh.MeshSizeMax", mesh_size)
+        gmsh.model.mesh.generate(2)
+        gmsh.write(str(path))
+    finally:
+        gmsh.finalize()

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["build_csr", "match_in_parts", "group_by_label", "contract", "fm_refine", "rebalance", "label_components", "repair_components",
-           "cut_weight"]
+__all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "contract", "fm_refine", "rebalance", "label_components",
+           "repair_components", "cut_weight"]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -125,6 +125,17 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
             cmap[mate[u]] = nc
             nc += 1
     return cmap, nc
+
+
+@njit(cache=True)
+def part_loads(assign, vw, num_parts):
+    """``(weight [P], node count [P])`` of every part."""
+    part_w = np.zeros(num_parts)
+    sizes = np.zeros(num_parts, dtype=np.int64)
+    for u in range(assign.shape[0]):
+        part_w[assign[u]] += vw[u]
+        sizes[assign[u]] += 1
+    return part_w, sizes
 
 
 @njit(cache=True)
@@ -265,11 +276,7 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     Returns the total cut weight removed.
     """
     n = assign.shape[0]
-    part_w = np.zeros(num_parts)
-    sizes = np.zeros(num_parts, dtype=np.int64)
-    for u in range(n):
-        part_w[assign[u]] += vw[u]
-        sizes[assign[u]] += 1
+    part_w, sizes = part_loads(assign, vw, num_parts)
     conn = np.full(num_parts, -1.0)
     touched = np.empty(num_parts, dtype=np.int64)
     locked = np.zeros(n, dtype=np.bool_)
@@ -362,11 +369,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     Returns True when every part ends within ``max_w``.
     """
     n = assign.shape[0]
-    part_w = np.zeros(num_parts)
-    sizes = np.zeros(num_parts, dtype=np.int64)
-    for u in range(n):
-        part_w[assign[u]] += vw[u]
-        sizes[assign[u]] += 1
+    part_w, sizes = part_loads(assign, vw, num_parts)
     conn = np.full(num_parts, -1.0)
     touched = np.empty(num_parts, dtype=np.int64)
     cap = n + indices.shape[0]
@@ -456,9 +459,7 @@ def repair_components(indptr, indices, data, vw, assign, num_parts, max_w):
     Modifies ``assign``. Returns the number of pieces left that are not their part's heaviest.
     """
     n = assign.shape[0]
-    part_w = np.zeros(num_parts)
-    for u in range(n):
-        part_w[assign[u]] += vw[u]
+    part_w = part_loads(assign, vw, num_parts)[0]
     left = 0
     for sweep in range(4):  # a merge can make a neighbour's piece mergeable, so sweep again
         label, count = label_components(indptr, indices, assign)

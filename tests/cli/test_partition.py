@@ -134,18 +134,9 @@ def test_help_and_bad_choice(capsys):
 
 
 def test_reader_internal_fields_are_not_stored(tmp_path, capsys):
-    import gmsh
+    from tests.conftest import write_gmsh_square
 
-    gmsh.initialize()
-    try:
-        gmsh.option.setNumber("General.Terminal", 0)
-        gmsh.model.occ.addRectangle(0, 0, 0, 1, 1)
-        gmsh.model.occ.synchronize()
-        gmsh.option.setNumber("Mesh.MeshSizeMax", 0.2)
-        gmsh.model.mesh.generate(2)
-        gmsh.write(str(tmp_path / "sq.msh"))
-    finally:
-        gmsh.finalize()
+    write_gmsh_square(tmp_path / "sq.msh", 0.2)
     assert "gmsh:dim_tags" in read_mesh(tmp_path / "sq.msh").point_data  # meshio adds it
     assert main(["partition", str(tmp_path / "sq.msh"), "-k", "2", "-o", str(tmp_path / "out"), "-q"]) == 0
     assert "gmsh:dim_tags" in capsys.readouterr().out  # named in the note on what was not stored

@@ -251,20 +251,10 @@ def test_reader_fields_are_told_apart():
 
 
 def test_point_field_names_match_read_mesh(tmp_path, data_dir):
-    import gmsh
-
     from meshshard.io import point_field_names
+    from tests.conftest import write_gmsh_square
 
-    gmsh.initialize()
-    try:
-        gmsh.option.setNumber("General.Terminal", 0)
-        gmsh.model.occ.addRectangle(0, 0, 0, 1, 1)
-        gmsh.model.occ.synchronize()
-        gmsh.option.setNumber("Mesh.MeshSizeMax", 0.3)
-        gmsh.model.mesh.generate(2)
-        gmsh.write(str(tmp_path / "sq.msh"))
-    finally:
-        gmsh.finalize()
+    write_gmsh_square(tmp_path / "sq.msh", 0.3)
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "c.npz", points=rng.random((6, 3)), p=rng.random(6), v=rng.random((6, 3)))
     m = read_mesh(data_dir / "cylinder_crossflow_re35.vtu")
