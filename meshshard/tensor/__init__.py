@@ -10,7 +10,7 @@ Example (``torchrun --nproc-per-node 3 example.py``)::
     x.full_tensor().shape                                       # (6, 4), rows in rank order
 """
 from meshshard.tensor.shard_tensor import ShardTensor
-from meshshard.tensor import handlers as _handlers  # noqa: F401  (registers the built-in handlers)
+from meshshard.tensor import _ops  # noqa: F401  (registers the built-in op families)
 from meshshard.tensor.scatter import scatter_tensor
 
 __all__ = ["ShardTensor", "scatter_tensor"]

@@ -1,7 +1,7 @@
 """ShardTensor: a DTensor whose shards may have a different size on every rank.
 
 How operations work: ``__torch_function__`` looks a function up in the handler tables (user
-handlers first, then meshshard's built-in ones in :mod:`meshshard.tensor.handlers`). A handler
+handlers first, then meshshard's built-in ones in :mod:`meshshard.tensor._ops`, one file per op family). A handler
 unwraps its ShardTensor arguments to local tensors with a differentiable ``to_local``, runs the
 ordinary torch function on them (plus any collective the op needs) and wraps the results with a
 differentiable ``from_local``. Autograd therefore runs on plain local tensors; the only gradients

@@ -1,0 +1,129 @@
+"""Helpers every ShardTensor op family uses: unwrap arguments to local tensors laid out like a
+reference ShardTensor, and wrap local results back with that layout.
+
+Checks that keep results exact:
+
+* ShardTensors combined element-wise must have the same layout (placements and every rank's
+  shard size); different shard boundaries raise ValueError instead of pairing wrong rows.
+* A plain tensor (or a fully replicated ShardTensor) is a replicated value: it broadcasts along
+  the feature dims; if it spans the sharded dim with the global size, each rank uses its own rows.
+  A replicated ShardTensor's gradient is summed over the shard group in backward (exact); a plain
+  tensor's gradient is this rank's partial sum (all-reduce it, as in DDP).
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils import _pytree as pytree
+
+from meshshard.distributed import Partial, Replicate, Shard
+from meshshard.tensor import _registry as reg
+from meshshard.tensor.shard_tensor import _FromLocal
+from meshshard.tensor.spec import shard_dim_of
+
+__all__ = ["WAY_OUT", "layout", "is_replicated", "op_name", "reference", "local_of", "align_plain", "wrap",
+           "norm_dims", "register"]
+
+WAY_OUT = ("register a handler with ShardTensor.register_function_handler, or redistribute / "
+            "full_tensor() first")
+
+
+def layout(st):
+    """The layout that must match for element-wise pairing: (mesh, placements, shard sizes)."""
+    return (st.device_mesh, tuple(st.placements), st._shard_sizes)
+
+
+def is_replicated(st) -> bool:
+    """True when every placement is Replicate."""
+    return all(isinstance(p, Replicate) for p in st.placements)
+
+
+def op_name(func) -> str:
+    """A readable name of ``func`` for error messages."""
+    names = reg.function_names(func)
+    return names[-1]
+
+
+def reference(func, sts):
+    """The ShardTensor whose layout the result takes (the first sharded one)."""
+    for st in sts:
+        if any(isinstance(p, Partial) for p in st.placements):
+            raise NotImplementedError(f"ShardTensor: {op_name(func)} on a Partial ShardTensor; call "
+                                      ".redistribute(placements=(Replicate(),)) or .full_tensor() first")
+    for st in sts:
+        if shard_dim_of(st.placements) is not None:
+            return st
+    return sts[0]
+
+
+def local_of(func, st, ref, align: bool = False):
+    """Differentiable local tensor of ``st`` for a computation laid out like ``ref``.
+
+    With ``align`` (element-wise ops), a replicated ``st`` that spans the sharded dim with the
+    global size contributes only this rank's rows, exactly like a plain tensor."""
+    if layout(st) == layout(ref):
+        return st.to_local()
+    if is_replicated(st) and st.device_mesh == ref.device_mesh:
+        # A replicated value feeding sharded rows: each rank's gradient is a partial sum, so
+        # declare it Partial on the sharding mesh dim and let backward all-reduce it.
+        grad_pl = tuple(Partial() if isinstance(p, Shard) else Replicate() for p in ref.placements)
+        local = st.to_local(grad_placements=grad_pl)
+        return align_plain(func, local, ref) if align else local
+    raise ValueError(
+        f"ShardTensor: {op_name(func)} on ShardTensors with different layouts: {st.placements} with shard "
+        f"sizes {st._shard_sizes} vs {ref.placements} with shard sizes {ref._shard_sizes}. Shard "
+        "boundaries must match element by element; redistribute one of them first "
+        "(x.redistribute(placements=..., sharding_shapes=y.sharding_shapes())).")
+
+
+def align_plain(func, t: torch.Tensor, ref):
+    """Rows of a plain (replicated) tensor that meet this rank's shard under broadcasting."""
+    sd = shard_dim_of(ref.placements)
+    if sd is None or t.dim() == 0:
+        return t
+    m, d = sd
+    k = t.dim() - (ref.dim() - d)
+    if k < 0 or t.shape[k] == 1:
+        return t
+    n = ref.shape[d]
+    if t.shape[k] != n:
+        raise ValueError(f"ShardTensor: {op_name(func)}: plain tensor of shape {tuple(t.shape)} does not "
+                         f"broadcast against the global shape {tuple(ref.shape)} along the sharded dim {d}")
+    coord = ref.device_mesh.get_local_rank(m)
+    return t.narrow(k, ref.offsets(m), ref._shard_sizes[coord])
+
+
+def wrap(func, out, ref, shard_shift: int = 0):
+    """Wrap local results with ``ref``'s layout (the sharded dim moved by ``shard_shift``)."""
+    mesh, placements, sizes = layout(ref)
+    if shard_shift:
+        placements = tuple(Shard(p.dim + shard_shift) if isinstance(p, Shard) else p for p in placements)
+    sd = shard_dim_of(placements)
+
+    def wrap(t):
+        if not isinstance(t, torch.Tensor):
+            return t
+        if sd is not None:
+            coord = mesh.get_local_rank(sd[0])
+            if t.dim() <= sd[1] or t.shape[sd[1]] != sizes[coord]:
+                raise NotImplementedError(f"ShardTensor: {op_name(func)} changed the sharded dim "
+                                          f"({tuple(t.shape)}); it is not a supported row-wise op; {WAY_OUT}")
+        return _FromLocal.apply(t, mesh, placements, sizes)
+
+    return pytree.tree_map(wrap, out)
+
+def norm_dims(dims, ndim):
+    """``dims`` (int, list or None) as a sorted list of non-negative dims of an ``ndim``-dim tensor."""
+    if dims is None:
+        return None
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({int(x) % max(ndim, 1) for x in dims})
+
+
+
+def register(handler, funcs) -> None:
+    """Register ``handler`` as meshshard's built-in handler for every function in ``funcs``
+    (``None`` entries, functions this torch lacks, are skipped)."""
+    for f in funcs:
+        if f is not None:
+            reg.BUILTIN_FUNCTION_HANDLERS[f] = handler
