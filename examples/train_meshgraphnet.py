@@ -98,7 +98,8 @@ def main(argv=None) -> int:
     samples = []
     for i in range(len(ds)):
         s = ds[i]
-        x, e, y = (t.to(device) for t in ds.model_inputs(s))
+        x, e, y = ds.model_inputs(s)  # x, y: ShardTensors; MeshGraphNet takes this rank's rows
+        x, e, y = (t.to(device) for t in (x.to_local(), e, y.to_local()))
         samples.append((s.graph.to(device), x, e, y))
 
     ref = None
