@@ -1,7 +1,8 @@
 """Losses on ShardTensor at 1-4 gloo ranks with uneven shards (one rank holds zero rows): every
 reduction's value and the gradient of each rank's rows against the same loss on the whole tensor
 in one process (float64 1e-10, float32 1e-5), targets as ShardTensors and as plain global tensors,
-class weights' partial gradients, and clear errors on every rank for bad input."""
+class weights' partial gradients, the relative L2 / max abs error metrics, and clear errors on
+every rank for bad input."""
 import numpy as np
 import pytest
 import torch
@@ -138,6 +139,30 @@ def _check_rows_not_first(p_full, sizes, mesh, rank, tol):
         _close(x.grad, xr.grad[:, :, off:off + n], tol, f"[B, C, N] {red} grad")
 
 
+def _check_metrics(p_full, sizes, mesh, rank, tol):
+    """relative_l2_error (value and row gradients) and max_abs_error against the whole tensor."""
+    from meshshard.distributed import Replicate, Shard
+    from meshshard.tensor import ShardTensor, max_abs_error, relative_l2_error
+
+    off, n = sum(sizes[:rank]), sizes[rank]
+    t_full = torch.flip(p_full, [0]) * 0.7 + 0.1
+    x = p_full[off:off + n].clone().requires_grad_()
+    st = ShardTensor.from_local(x, mesh, (Shard(0),), sharding_shapes={0: list(sizes)})
+    tgt = ShardTensor.from_local(t_full[off:off + n], mesh, (Shard(0),), sharding_shapes={0: list(sizes)})
+    xr = p_full.clone().requires_grad_()
+    rel, rel_r = relative_l2_error(st, tgt), relative_l2_error(xr, t_full)
+    torch.testing.assert_close(rel_r, (xr - t_full).norm() / t_full.norm())
+    assert rel.placements == (Replicate(),)
+    _close(rel.to_local().detach(), rel_r.detach(), tol, "relative L2")
+    rel.backward()
+    rel_r.backward()
+    _close(x.grad, xr.grad[off:off + n], tol, "relative L2 grad")
+    peak = max_abs_error(st, tgt)
+    assert peak.placements == (Replicate(),) and not peak.requires_grad
+    _close(peak.to_local(), (p_full - t_full).abs().max(), 0.0, "max abs error")
+    _close(max_abs_error(st, t_full).to_local(), (p_full - t_full).abs().max(), 0.0, "max abs error, plain target")
+
+
 def _check_bad_input(p_full, sizes, mesh, rank, world):
     from meshshard.distributed import Shard
     from meshshard.tensor import ShardTensor
@@ -183,6 +208,7 @@ def _rank_main(rank, world, data_dir):
             cases = [c for c in cases if c[0] in ("mse weighted", "huber", "bce logits", "ce weight ignore smooth")]
         _check_losses(p_full, cases, sizes, mesh, rank, tol)
         _check_rows_not_first(p_full, sizes, mesh, rank, tol)
+    _check_metrics(_data(data_dir, sum(sizes), torch.float64), sizes, mesh, rank, TOLS[torch.float64])
     _check_bad_input(_data(data_dir, sum(sizes), torch.float64), sizes, mesh, rank, world)
     return True
 
