@@ -98,8 +98,7 @@ def main(argv=None) -> int:
     samples = []
     for i in range(len(ds)):
         s = ds[i]
-        x, e, y = ds.model_inputs(s)  # x, y: ShardTensors; MeshGraphNet takes this rank's rows
-        x, e, y = (t.to(device) for t in (x.to_local(), e, y.to_local()))
+        x, e, y = (t.to(device) for t in ds.model_inputs(s))
         samples.append((s.graph.to(device), x, e, y))
 
     ref = None

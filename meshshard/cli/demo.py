@@ -130,7 +130,6 @@ def _sharded_rank(rank, world_size, root, cfg):
     ds = ShardedMeshDataset(root, dtype=getattr(torch, cfg["dtype"]))
     sample = ds[0]
     x, e, y = ds.model_inputs(sample)
-    x, y = x.to_local(), y.to_local()  # this rank's owned rows, as MeshGraphNet takes them
     model = _make_model(x.shape[1], e.shape[1], y.shape[1], cfg)
     model.broadcast_parameters(0)
     t0 = _time.perf_counter()
