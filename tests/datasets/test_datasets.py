@@ -89,7 +89,7 @@ def _sharded_rank(rank, world_size, roots, references, bad):
     import torch.nn.functional as F
 
     from meshshard.datasets import ShardedMeshDataset, model_inputs
-    from meshshard.distributed import Replicate, Shard
+    from meshshard.distributed import Replicate, Shard, new_group
     from meshshard.tensor import ShardTensor
 
     # A bad file on the last rank only: every rank raises, naming that rank and the cause.
@@ -136,6 +136,12 @@ def _sharded_rank(rank, world_size, roots, references, bad):
             assert loss.placements == (Replicate(),)
             torch.testing.assert_close(loss.to_local(), ref, rtol=1e-10, atol=1e-12)
         out[str(root)] = int(sum(ds[i].graph.num_owned for i in range(len(ds))))
+    # Over an explicit group the items' ShardTensors live on a mesh of that group.
+    ds_g, s_w = ShardedMeshDataset(roots[0], group=new_group(list(range(world_size)))), ShardedMeshDataset(roots[0])[0]
+    s_g = ds_g[0]
+    assert s_g.x.device_mesh.size() == world_size and torch.equal(s_g.x.to_local(), s_w.x.to_local())
+    ones = torch.ones(s_w.x.shape, dtype=torch.float64)  # plain, global shape: each rank pairs its own rows
+    torch.testing.assert_close(F.l1_loss(s_g.x, ones).to_local(), F.l1_loss(s_w.x, ones).to_local())
     return out
 
 
