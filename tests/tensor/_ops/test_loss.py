@@ -64,7 +64,8 @@ def _cases(p):
         ("ce index", lambda x, y, w, r: F.cross_entropy(x, y, reduction=r), cls, True, None),
         ("ce weight ignore smooth", lambda x, y, w, r: F.cross_entropy(
             x, y, weight=w, ignore_index=-7, label_smoothing=0.1, reduction=r), cls_ignored, False, cw),
-        ("ce probs weight", lambda x, y, w, r: F.cross_entropy(x, y, weight=w, reduction=r), probs, True, cw),
+        ("ce probs weight smooth", lambda x, y, w, r: F.cross_entropy(x, y, weight=w, reduction=r, label_smoothing=0.05),
+         probs, True, cw),
         ("nll weight ignore", lambda x, y, w, r: F.nll_loss(
             torch.log_softmax(x, dim=1), y, weight=w, ignore_index=-7, reduction=r), cls_ignored, True, cw),
     ]
