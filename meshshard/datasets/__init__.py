@@ -3,7 +3,8 @@
 - :class:`MeshDataset`: a folder of mesh files (any meshio format) as PyG ``Data``
   (``pos, x, y, edge_index, edge_attr, node_type``) with dataset-wide normalisation statistics.
 - :class:`ShardedMeshDataset`: a folder written by ``meshshard preprocess``; each rank reads only
-  its own part of every sample (a :class:`meshshard.ShardedGraph` plus local tensors).
+  its own part of every sample (a :class:`meshshard.ShardedGraph`, the node fields as ShardTensors
+  of the owned rows, the local edges' features).
 - :class:`DatasetStats`, :class:`FieldStats`, :class:`Moments`: mean / std computed once.
 """
 from meshshard.datasets.fields import (edge_features, field_columns, mesh_graph, mesh_to_data, node_type_ids, parse_field,

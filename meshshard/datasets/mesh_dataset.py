@@ -68,7 +68,8 @@ def node_type_vocabulary(meshes_node_set_names: Sequence[Sequence[str]]) -> List
 def model_inputs(data, stats: DatasetStats) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """MeshGraphNet inputs of one sample: ``(cat(norm x, node_type), norm edge_attr, norm y)``.
 
-    Works on a whole-mesh ``Data`` and on a :class:`~meshshard.datasets.ShardedSample` alike.
+    Works on a whole-mesh ``Data`` and on a :class:`~meshshard.datasets.ShardedSample` alike (whose
+    ShardTensor fields give ShardTensor ``x_in`` and ``y``).
 
     Args:
         data: with ``x [n, F]``, ``node_type [n, T + 1]``, ``edge_attr [E, d + 1]``, ``y [n, C]``.

@@ -10,6 +10,7 @@ import torch
 
 from meshshard.datasets.preprocess import read_dataset_meta
 from meshshard.datasets.stats import DatasetStats, Moments, STAT_KEYS
+from meshshard.tensor import ShardTensor
 
 __all__ = ["ShardedMeshDataset", "ShardedSample"]
 
@@ -20,19 +21,27 @@ PathLike = Union[str, os.PathLike]
 class ShardedSample:
     """One sample on one rank.
 
+    The node fields are :class:`~meshshard.tensor.ShardTensor` s (``Shard(0)`` over the dataset's
+    domain group, shard sizes ``graph.sizes``: every rank's owned-node count), so a training loop
+    reads like single-process code (``F.mse_loss(pred, s.y)`` is the loss of the whole mesh);
+    ``s.x.to_local()`` is this rank's ``[num_owned, F]`` rows, and ``s.x.full_tensor()`` every
+    owned row in rank order (``graph.global_ids`` of each rank's owned nodes, one rank after the other).
+
     Attributes:
         graph: this rank's :class:`meshshard.ShardedGraph` (owned + ghost nodes, exchange plan).
-        pos, x, y: ``[num_owned, *]`` rows of the owned nodes (in ``graph.global_ids`` order).
-        node_type: ``[num_owned, T + 1]`` one-hot in the DATASET's node-type vocabulary.
-        edge_attr: ``[E_local, d + 1]`` aligned with ``graph.edge_index``.
+        pos, x, y: ShardTensors of global shape ``[N, *]``; local rows are the owned nodes (in
+            ``graph.global_ids`` order).
+        node_type: ShardTensor ``[N, T + 1]``, one-hot in the DATASET's node-type vocabulary.
+        edge_attr: plain ``[E_local, d + 1]`` tensor aligned with ``graph.edge_index`` (local
+            edges include the ones into ghost nodes, so they are not a partition of the edges).
         name: the sample's folder name.
     """
 
     graph: object
-    pos: torch.Tensor
-    x: torch.Tensor
-    y: torch.Tensor
-    node_type: torch.Tensor
+    pos: ShardTensor
+    x: ShardTensor
+    y: ShardTensor
+    node_type: ShardTensor
     edge_attr: torch.Tensor
     name: str
 
@@ -46,7 +55,7 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
     r"""A dataset written by ``meshshard preprocess`` (or :func:`preprocess_dataset`), read per rank.
 
     ``ds[i]`` reads only this rank's ``part_XXXX.pt`` of sample ``i`` (checksum verified) and
-    returns a :class:`ShardedSample`. Construction and ``ds[i]`` are collective: every rank of
+    returns a :class:`ShardedSample` whose node fields are ShardTensors of the owned rows. Construction and ``ds[i]`` are collective: every rank of
     the group must build the dataset and ask for the same samples in the same order. A missing
     or corrupt file on one rank raises the same error on every rank, naming that rank and the
     cause.
@@ -92,6 +101,7 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
         self.dtype = dtype
         self.cache = cache
         self._cache: dict = {}
+        self._mesh = None
 
     def __len__(self) -> int:
         return len(self.meta["samples"])
@@ -127,31 +137,43 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
 
         entry = self.meta["samples"][idx]
         g = ShardedGraph.load(self.root / entry["dir"], rank=self.rank, group=self.group)  # agreed inside
-        sample = _agree(lambda: self._sample(entry, g), f"ShardedMeshDataset[{idx}] ({entry['dir']})", self.group)
+        rows = _agree(lambda: self._rows(entry, g), f"ShardedMeshDataset[{idx}] ({entry['dir']})", self.group)
+        # Wrapped only once every rank has its rows: from_local is itself a collective.
+        mesh = self.device_mesh
+        node = {k: ShardTensor.from_local(v, mesh, sharding_shapes={0: g.sizes}) for k, v in rows.items()
+                if k != "edge_attr"}
+        sample = ShardedSample(graph=g, edge_attr=rows["edge_attr"], name=entry["name"], **node)
         if self.cache:
             self._cache[idx] = sample
         return sample
 
-    def _sample(self, entry: dict, g) -> ShardedSample:
+    @property
+    def device_mesh(self):
+        """The 1-D :class:`~meshshard.distributed.DeviceMesh` over the dataset's group that the
+        samples' ShardTensors live on (made on first use; collective like ``ds[i]``)."""
+        if self._mesh is None:
+            from meshshard.distributed import DeviceMesh, comm_device, default_device_mesh
+
+            self._mesh = default_device_mesh() if self.group is None else \
+                DeviceMesh.from_group(self.group, comm_device(self.group).type)
+        return self._mesh
+
+    def _rows(self, entry: dict, g) -> dict:
+        """This rank's owned rows of the node fields and its local edges' ``edge_attr``."""
         n_own = g.num_owned
         nd, ed = g.node_data, g.edge_data
         # Sample-local node-type ids -> the dataset's vocabulary (both are sorted name lists).
         lut = torch.tensor([0] + [self.node_types.index(n) + 1 for n in entry["node_set_names"]], dtype=torch.long)
         node_type = torch.nn.functional.one_hot(lut[nd["node_type_id"][:n_own]], len(self.node_types) + 1)
         dtype = self.dtype or nd["x"].dtype
-        return ShardedSample(
-            graph=g,
-            pos=nd["pos"][:n_own].to(dtype),
-            x=nd["x"][:n_own].to(dtype),
-            y=nd["y"][:n_own].to(dtype),
-            node_type=node_type.to(dtype),
-            edge_attr=ed["edge_attr"].to(dtype),
-            name=entry["name"],
-        )
+        return {"pos": nd["pos"][:n_own].to(dtype), "x": nd["x"][:n_own].to(dtype), "y": nd["y"][:n_own].to(dtype),
+                "node_type": node_type.to(dtype), "edge_attr": ed["edge_attr"].to(dtype)}
 
-    def model_inputs(self, sample: ShardedSample) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(x_in [num_owned, F], edge_attr_in [E_local, d+1], y [num_owned, T])`` normalised with
-        :attr:`stats`, ready for ``MeshGraphNet(x_in, edge_attr_in, graph=sample.graph)``.
+    def model_inputs(self, sample: ShardedSample) -> Tuple[ShardTensor, torch.Tensor, ShardTensor]:
+        """``(x_in [N, F], edge_attr_in [E_local, d+1], y [N, T])`` normalised with :attr:`stats`:
+        ``x_in`` and ``y`` ShardTensors laid out like ``sample.x`` (``.to_local()``: the
+        ``[num_owned, *]`` rows that ``MeshGraphNet(x_in, edge_attr_in, graph=sample.graph)`` takes),
+        ``edge_attr_in`` a plain tensor of the local edges.
 
         Args:
             sample: ``ds[i]`` on this rank.
@@ -169,7 +191,7 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
             s = self[i]
             n_edges = int(s.graph.edge_hop_ptr[1]) if hasattr(s.graph, "edge_hop_ptr") else \
                 int((s.graph.edge_index[1] < s.graph.num_owned).sum())
-            local = {"x": Moments.of(s.x.double()), "y": Moments.of(s.y.double()),
+            local = {"x": Moments.of(s.x.to_local().double()), "y": Moments.of(s.y.to_local().double()),
                      "edge_attr": Moments.of(s.edge_attr[:n_edges].double())}
             per_sample.append({k: local[k].all_reduce(self.group) for k in STAT_KEYS})
         return DatasetStats.from_sample_moments(per_sample)

@@ -134,7 +134,8 @@ class FieldStats:
         """
         if t.shape[-1] != self.mean.numel():
             raise ValueError(f"normalize: tensor has {t.shape[-1]} columns, statistics have {self.mean.numel()}")
-        return (t - self.mean.to(t)) / self._scale().to(t)
+        # dtype / device, not .to(t): t may be a ShardTensor, which .to(t) would try to shard
+        return (t - self.mean.to(dtype=t.dtype, device=t.device)) / self._scale().to(dtype=t.dtype, device=t.device)
 
     def denormalize(self, t: torch.Tensor) -> torch.Tensor:
         """Inverse of :meth:`normalize`.
@@ -142,7 +143,7 @@ class FieldStats:
         Args:
             t: ``[*, C]``.
         """
-        return t * self._scale().to(t) + self.mean.to(t)
+        return t * self._scale().to(dtype=t.dtype, device=t.device) + self.mean.to(dtype=t.dtype, device=t.device)
 
     def to_dict(self) -> dict:
         """JSON-ready form, as stored in a dataset's ``stats.json``."""

@@ -7,6 +7,7 @@ import torch
 
 from meshshard.graph.sharded_graph import _agree
 from meshshard.models.parallel import all_reduce_gradients, global_mse_loss
+from meshshard.tensor import ShardTensor
 
 __all__ = ["train_step"]
 
@@ -43,7 +44,8 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
         model: e.g. :class:`~meshshard.models.MeshGraphNet` (parameters equal on every rank).
         optimizer: over ``model``'s parameters.
         x, edge_attr, y: whole-graph tensors with ``edge_index``, or owned rows ``[num_owned, *]``
-            / local edges ``[E_local, *]`` of ``graph`` (a :class:`meshshard.ShardedGraph`).
+            / local edges ``[E_local, *]`` of ``graph`` (a :class:`meshshard.ShardedGraph`); ``x``
+            and ``y`` may be ShardTensors of the owned rows, as ``ShardedMeshDataset`` hands out.
         group: process group (default: ``graph.group``).
         exchange: passed to the model on a sharded graph.
         before_step: optional ``f(loss)`` called after the gradients are complete (all-reduced)
@@ -57,6 +59,8 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
         :class:`~meshshard.distributed.CollectiveMismatchError` on every rank instead, naming the
         ranks whose inputs or predictions are not finite.
     """
+    # ShardTensors of the owned rows (ShardedMeshDataset.model_inputs) carry the rows the model takes.
+    x, y = (t.to_local() if isinstance(t, ShardTensor) else t for t in (x, y))
     optimizer.zero_grad(set_to_none=True)
     if graph is not None:
         group = group if group is not None else getattr(graph, "group", None)

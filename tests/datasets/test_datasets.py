@@ -86,7 +86,11 @@ def _record_opened_files():
 def _sharded_rank(rank, world_size, roots, references, bad):
     from pathlib import Path
 
+    import torch.nn.functional as F
+
     from meshshard.datasets import ShardedMeshDataset, model_inputs
+    from meshshard.distributed import Replicate, Shard, new_group
+    from meshshard.tensor import ShardTensor
 
     # A bad file on the last rank only: every rank raises, naming that rank and the cause.
     last = world_size - 1
@@ -115,14 +119,29 @@ def _sharded_rank(rank, world_size, roots, references, bad):
         for i in range(len(ds)):
             s, d = ds[i], samples[i]
             own = s.owned_ids
-            assert s.x.shape[0] == s.graph.num_owned
             for key in ("x", "y", "pos", "node_type"):
-                assert torch.equal(getattr(s, key), getattr(d, key)[own]), f"{key} rows of sample {i}"
+                st = getattr(s, key)  # a ShardTensor of the owned rows, sharded like the graph
+                assert isinstance(st, ShardTensor) and st.placements == (Shard(0),), key
+                assert st.shard_sizes() == s.graph.sizes and st.shape == getattr(d, key).shape, key
+                assert torch.equal(st.to_local(), getattr(d, key)[own]), f"{key} rows of sample {i}"
             assert torch.equal(s.edge_attr, d.edge_attr[s.graph.edge_ids])
             xs, es, ys = ds.model_inputs(s)
             xr, er, yr = model_inputs(d, stats)
-            assert torch.equal(xs, xr[own]) and torch.equal(es, er[s.graph.edge_ids]) and torch.equal(ys, yr[own])
+            assert torch.equal(xs.to_local(), xr[own]) and torch.equal(es, er[s.graph.edge_ids])
+            assert torch.equal(ys.to_local(), yr[own])
+            # The loop reads like single-process code: a row-wise model and the loss of the whole mesh.
+            torch.manual_seed(i)
+            lin = torch.nn.Linear(xr.shape[1], yr.shape[1]).double()
+            loss, ref = F.mse_loss(lin(xs), ys), F.mse_loss(lin(xr), yr)
+            assert loss.placements == (Replicate(),)
+            torch.testing.assert_close(loss.to_local(), ref, rtol=1e-10, atol=1e-12)
         out[str(root)] = int(sum(ds[i].graph.num_owned for i in range(len(ds))))
+    # Over an explicit group the items' ShardTensors live on a mesh of that group.
+    ds_g, s_w = ShardedMeshDataset(roots[0], group=new_group(list(range(world_size)))), ShardedMeshDataset(roots[0])[0]
+    s_g = ds_g[0]
+    assert s_g.x.device_mesh.size() == world_size and torch.equal(s_g.x.to_local(), s_w.x.to_local())
+    ones = torch.ones(s_w.x.shape, dtype=torch.float64)  # plain, global shape: each rank pairs its own rows
+    torch.testing.assert_close(F.l1_loss(s_g.x, ones).to_local(), F.l1_loss(s_w.x, ones).to_local())
     return out
 
 
