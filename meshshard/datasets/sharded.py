@@ -68,8 +68,7 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
 
     def __init__(self, root: PathLike, rank: Optional[int] = None, group=None,
                  dtype: Optional[torch.dtype] = None, cache: bool = True) -> None:
-        from meshshard.distributed import get_rank, get_world_size
-        from meshshard.graph.sharded_graph import _agree
+        from meshshard.distributed import get_rank, get_world_size, run_together
 
         self.root = Path(root)
         self.group = group
@@ -84,7 +83,7 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
             return meta
 
         # Ranks may read different copies (node-local disks): one bad copy fails every rank alike.
-        self.meta = _agree(read_meta, "ShardedMeshDataset", group)
+        self.meta = run_together(read_meta, "ShardedMeshDataset", group)
         self.stats = DatasetStats.from_dict(self.meta["stats"])
         self.node_types: List[str] = list(self.meta["node_types"])
         self.feature_columns: List[str] = list(self.meta["feature_columns"])
@@ -122,12 +121,12 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
         idx %= len(self)
         if idx in self._cache:
             return self._cache[idx]
+        from meshshard.distributed import run_together
         from meshshard.graph import ShardedGraph
-        from meshshard.graph.sharded_graph import _agree
 
         entry = self.meta["samples"][idx]
         g = ShardedGraph.load(self.root / entry["dir"], rank=self.rank, group=self.group)  # agreed inside
-        sample = _agree(lambda: self._sample(entry, g), f"ShardedMeshDataset[{idx}] ({entry['dir']})", self.group)
+        sample = run_together(lambda: self._sample(entry, g), f"ShardedMeshDataset[{idx}] ({entry['dir']})", self.group)
         if self.cache:
             self._cache[idx] = sample
         return sample
