@@ -9,7 +9,7 @@ the slice every rank receives, for ``gather_v`` the slice every rank sends. The 
 time ``redistribute`` (plus ``to_local``) of a ShardTensor built once. Each ratio is the median
 over repeats of paired timings (slowest rank, loops of about 20 ms each).
 
-Columns "no val." repeat the measurement with ``set_validation(False)``, which skips the one tiny
+Columns "no val." repeat the measurement inside ``with msd.validation(False):``, which skips the one tiny
 all-gather of shapes that turns mismatched inputs into a clear error on every rank.
 
 Usage::
@@ -160,15 +160,12 @@ def _bench_rank(rank, world, labels, repeats, validation_modes, target_s):
             row = {"op": name, "world": world, "payload": label}
             reps = repeats if nbytes < (1 << 22) else max(3, repeats // 3)
             for val in validation_modes:
-                prev = ag.set_validation(val)
-                try:
+                with msd.validation(val):
                     for key, fn, base in (("fwd", fwd_only, raw), ("fwdbwd", fwd_bwd, raw2)):
                         ratio, raw_s = _paired_ratio(fn, base, reps, dev, target_s)
                         row[(key, val)] = ratio
                         if key == "fwd" and val:
                             row["raw_ms"] = raw_s * 1e3
-                finally:
-                    ag.set_validation(prev)
             leaf.grad = None
             table.append(row)
     return table if rank == 0 else None

@@ -109,7 +109,8 @@ def _table(header, rows) -> str:
 def _exchange_rank(rank, world, ei, parts, feats, reps):
     import meshshard as ms
     from meshshard.distributed import barrier
-    from meshshard.distributed.autograd import all_gather_v, set_validation
+    from meshshard.distributed import validation
+    from meshshard.distributed.autograd import all_gather_v
 
     res = []
     for part in parts:
@@ -117,12 +118,9 @@ def _exchange_rank(rank, world, ei, parts, feats, reps):
         x = torch.randn(g.num_owned, feats)
         t_ex = _median_time(lambda: g.exchange(x), reps, 2, barrier)
         t_ag = _median_time(lambda: all_gather_v(x, g.sizes), reps, 2, barrier)
-        previous = set_validation(False)  # hot-loop setting: no per-call cross-rank input check
-        try:
+        with validation(False):  # hot-loop setting: no per-call cross-rank input check
             t_ex_nv = _median_time(lambda: g.exchange(x), reps, 2, barrier)
             t_ag_nv = _median_time(lambda: all_gather_v(x, g.sizes), reps, 2, barrier)
-        finally:
-            set_validation(previous)
         elem = x.element_size() * feats
         res.append(dict(method=part.method, ghosts=g.num_ghost, ex_bytes=g.plan.num_recv * elem,
                         ag_bytes=(g.num_global_nodes - g.num_owned) * elem, t_ex=t_ex, t_ag=t_ag,
@@ -149,7 +147,7 @@ def bench_exchange(args) -> str:
                      f"{t['t_ag_nv'] / t['t_ex_nv']:.1f}x"])
     head = (f"### exchange vs all-gather: {name}, N={pts.shape[0]}, E={ei.shape[1]}, "
             f"{world} ranks, F={feats} float32 (bytes received over all ranks; time = slowest rank, median)\n")
-    head += "(ms columns: with the default per-call cross-rank input check; \"unchecked\": set_validation(False))\n"
+    head += "(ms columns: with the default per-call cross-rank input check; \"unchecked\": with validation(False))\n"
     return head + _table(["method", "ghost rows", "exchange MB", "all-gather MB", "bytes ratio",
                           "exchange ms", "all-gather ms", "speed-up",
                           "exchange ms unchecked", "all-gather ms unchecked", "speed-up unchecked"], rows)

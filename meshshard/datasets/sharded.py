@@ -77,8 +77,7 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
 
     def __init__(self, root: PathLike, rank: Optional[int] = None, group=None,
                  dtype: Optional[torch.dtype] = None, cache: bool = True) -> None:
-        from meshshard.distributed import get_rank, get_world_size
-        from meshshard.graph.sharded_graph import _agree
+        from meshshard.distributed import get_rank, get_world_size, run_together
 
         self.root = Path(root)
         self.group = group
@@ -93,7 +92,7 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
             return meta
 
         # Ranks may read different copies (node-local disks): one bad copy fails every rank alike.
-        self.meta = _agree(read_meta, "ShardedMeshDataset", group)
+        self.meta = run_together(read_meta, "ShardedMeshDataset", group)
         self.stats = DatasetStats.from_dict(self.meta["stats"])
         self.node_types: List[str] = list(self.meta["node_types"])
         self.feature_columns: List[str] = list(self.meta["feature_columns"])
@@ -132,12 +131,12 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
         idx %= len(self)
         if idx in self._cache:
             return self._cache[idx]
+        from meshshard.distributed import run_together
         from meshshard.graph import ShardedGraph
-        from meshshard.graph.sharded_graph import _agree
 
         entry = self.meta["samples"][idx]
         g = ShardedGraph.load(self.root / entry["dir"], rank=self.rank, group=self.group)  # agreed inside
-        rows = _agree(lambda: self._rows(entry, g), f"ShardedMeshDataset[{idx}] ({entry['dir']})", self.group)
+        rows = run_together(lambda: self._rows(entry, g), f"ShardedMeshDataset[{idx}] ({entry['dir']})", self.group)
         # Wrapped only once every rank has its rows: from_local is itself a collective.
         mesh = self.device_mesh
         node = {k: ShardTensor.from_local(v, mesh, sharding_shapes={0: g.sizes}) for k, v in rows.items()

@@ -20,14 +20,14 @@ Conventions:
   independent copies whose gradients add up in the backward pass (reduce-scatter).
   :func:`all_reduce_sum` is the one exception and documents its own convention.
 
-Validation: before moving data, each collective gathers a short integer vector per rank (dtype,
-ndim, shape without ``dim``, sizes, local input errors) in one tiny all-gather and raises
-:class:`~meshshard.distributed.CollectiveMismatchError` (a ``ValueError``) on *every* rank when
-ranks disagree or one rank's input is invalid, instead of hanging or corrupting memory. For hot
-loops whose inputs are known to be consistent, ``set_validation(False)`` skips that all-gather
-(and the index range checks of :func:`indexed_all_to_all_v`); it must then be set identically on
-every rank, and a bad input on one rank raises only there (the others may wait until the process
-group's timeout).
+Validation: before moving data, each collective reports a short integer vector per rank (dtype,
+ndim, shape without ``dim``, sizes, local input errors) to :func:`meshshard.distributed.agree`,
+which raises :class:`~meshshard.distributed.CollectiveMismatchError` (a ``ValueError``) on *every*
+rank when ranks disagree or one rank's input is invalid, instead of hanging or corrupting memory.
+For hot loops whose inputs are known to be consistent, ``with meshshard.distributed.validation(False):``
+skips that exchange (and the index range checks of :func:`indexed_all_to_all_v`) in the calling
+thread; it must then be used identically on every rank, and a bad input on one rank raises only
+there (the others may wait until the process group's timeout).
 
 Example::
 
@@ -45,19 +45,13 @@ Example::
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from meshshard.distributed.comm import (
-    CollectiveMismatchError,
-    P2POp,
-    batch_isend_irecv,
-    all_gather_object,
-    all_reduce,
-    all_to_all_single,
-)
-from meshshard.distributed.process_group import comm_device, get_rank, get_world_size, is_initialized
+from meshshard.distributed.agree import Field, agree, dtype_code, dtype_name, get_validation, set_validation
+from meshshard.distributed.comm import P2POp, batch_isend_irecv, all_reduce, all_to_all_single
+from meshshard.distributed.process_group import comm_device, get_rank, get_world_size
 
 # P2POp wants the torch.distributed functions themselves (this is layer 0, which may import them).
 from torch.distributed import get_global_rank as _dist_global_rank
@@ -87,61 +81,17 @@ __all__ = [
 SizesLike = Union[Sequence[int], torch.Tensor]
 SizesMatrixLike = Union[Sequence[Sequence[int]], torch.Tensor]
 
-# ---------------------------------------------------------------------------------------------
-# validation switch
-# ---------------------------------------------------------------------------------------------
-
-_VALIDATE = True
 # all_gather_v of large outputs by isend/irecv (no W-fold send copy); small ones by one
 # all_to_all_single, whose single call has less latency than W - 1 point-to-point pairs.
 _ALL_GATHER_P2P = True
 _P2P_MIN_BYTES = 1 << 20
 
 
-def set_validation(enabled: bool) -> bool:
-    """Turn the cross-rank input check of every collective in this module on or off.
-
-    The check costs one all-gather of a few integers per call (and a device sync for index range
-    checks). Turn it off only in hot loops whose inputs are known to match, identically on every
-    rank. With it off, inputs that are wrong on one rank raise only there and the other ranks may
-    block until the process group's timeout.
-
-    Args:
-        enabled: ``True`` (the default state) to validate, ``False`` to skip.
-
-    Returns:
-        The previous setting, so callers can restore it.
-    """
-    global _VALIDATE
-    previous = _VALIDATE
-    _VALIDATE = bool(enabled)
-    return previous
-
-
-def get_validation() -> bool:
-    """Whether the collectives of this module currently validate their inputs across ranks."""
-    return _VALIDATE
-
-
 # ---------------------------------------------------------------------------------------------
 # small helpers
 # ---------------------------------------------------------------------------------------------
 
-_DTYPES = [
-    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
-    torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool,
-]
 _SHAPE_SLOTS = 8  # dims compared one by one; any further dims are folded into the last slot
-
-
-def _dtype_code(dtype: torch.dtype) -> int:
-    if dtype in _DTYPES:
-        return _DTYPES.index(dtype)
-    return 1000 + sum(ord(c) * 31**i for i, c in enumerate(str(dtype))) % 1_000_000
-
-
-def _dtype_name(code: int) -> str:
-    return str(_DTYPES[code]).replace("torch.", "") if 0 <= code < len(_DTYPES) else f"dtype#{code}"
 
 
 def _norm_dim(dim: int, ndim: int) -> Tuple[int, Optional[str]]:
@@ -239,89 +189,13 @@ def _exchange(front: torch.Tensor, send: Sequence[int], recv: Sequence[int], gro
 # cross-rank validation
 # ---------------------------------------------------------------------------------------------
 
-def _gather_ints(vector: List[int], world: int, group) -> List[List[int]]:
-    """Every rank's equally long int vector, as a ``W x k`` list.
-
-    Uses one all-to-all of ``W`` copies rather than an all-gather: gloo runs the all-to-all's
-    pairs concurrently, while its ring all-gather takes ``W - 1`` steps (about half the latency
-    at ``W = 4``), and this latency is the whole cost of validation.
-    """
-    k = len(vector)
-    send = torch.tensor(vector * world, dtype=torch.int64, device=comm_device(group))
-    recv = all_to_all_single(send, [k] * world, [k] * world, group=group)
-    return recv.view(world, k).tolist()
-
-
-class _Field:
-    """One named group of integers that every rank reports; ``render`` formats it for messages."""
-
-    __slots__ = ("name", "values", "render", "must_match")
-
-    def __init__(self, name: str, values: Sequence[int], render: Callable = None, must_match: bool = True):
-        self.name = name
-        self.values = [int(v) for v in values]
-        self.render = render or (lambda v: str(v[0]) if len(v) == 1 else str(list(v)))
-        self.must_match = must_match
-
-
-def _tensor_fields(tensor: torch.Tensor, dim: int) -> List[_Field]:
+def _tensor_fields(tensor: torch.Tensor, dim: int) -> List[Field]:
     return [
-        _Field("dtype", [_dtype_code(tensor.dtype)], lambda v: _dtype_name(v[0])),
-        _Field("ndim", [tensor.dim()]),
-        _Field("dim", [dim]),
-        _Field("shape without dim", _shape_without(tensor.shape, dim), lambda v: str(tuple(x for x in v if x != -1))),
+        Field("dtype", [dtype_code(tensor.dtype)], lambda v: dtype_name(v[0])),
+        Field("ndim", [tensor.dim()]),
+        Field("dim", [dim]),
+        Field("shape without dim", _shape_without(tensor.shape, dim), lambda v: str(tuple(x for x in v if x != -1))),
     ]
-
-
-def _validate(
-    what: str,
-    group,
-    errors: List[str],
-    fields: Callable[[], Sequence[_Field]] = tuple,
-    cross_check: Optional[Callable[[List[List[List[int]]]], Optional[str]]] = None,
-) -> None:
-    """Raise the same error on every rank if any rank's input is invalid or ranks disagree.
-
-    One all-gather of ``[error flag, *field values]`` per call. ``fields`` is a callable so that
-    nothing is built when validation is off. ``cross_check`` receives, per
-    rank, the list of field values and may return a message for relations between ranks that
-    are not plain equality (e.g. the send/receive counts of an all-to-all).
-    """
-    world = get_world_size(group)
-    if world == 1 or not _VALIDATE or not is_initialized():
-        if errors:
-            raise ValueError(f"{what}: {'; '.join(errors)}")
-        return
-    fields = list(fields())
-    vector = [1 if errors else 0]
-    for f in fields:
-        vector.extend(f.values)
-    table = _gather_ints(vector, world, group)
-    bad = [r for r in range(world) if table[r][0]]
-    if bad:
-        # Every rank sees the flags, so every rank joins this second (rare) gather of messages.
-        messages = all_gather_object("; ".join(errors) if errors else None, group)
-        detail = "; ".join(f"rank {r}: {messages[r]}" for r in bad)
-        raise CollectiveMismatchError(f"{what}: invalid input on rank(s) {bad} ({detail})")
-    per_rank: List[List[List[int]]] = [[] for _ in range(world)]
-    problems = []
-    col = 1
-    for f in fields:
-        n = len(f.values)
-        values = [table[r][col : col + n] for r in range(world)]
-        for r in range(world):
-            per_rank[r].append(values[r])
-        col += n
-        if f.must_match and any(v != values[0] for v in values):
-            problems.append(
-                f"ranks disagree on {f.name} (" + ", ".join(f"rank {r}: {f.render(values[r])}" for r in range(world)) + ")"
-            )
-    if not problems and cross_check is not None:
-        message = cross_check(per_rank)
-        if message:
-            problems.append(message)
-    if problems:
-        raise CollectiveMismatchError(f"{what}: " + "; ".join(problems))
 
 
 def _check_tensor(tensor, what: str) -> None:
@@ -574,7 +448,7 @@ def all_gather_v(
     sizes_l = _as_sizes(sizes, world, errors)
     if not err and not errors and tensor.shape[dim_n] != sizes_l[rank]:
         errors.append(f"tensor.size({dim})={tensor.shape[dim_n]} but sizes[{rank}]={sizes_l[rank]}")
-    _validate(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l)])
+    agree(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [Field("sizes", sizes_l)])
     return AllGatherVAutograd.apply(tensor, sizes_l, dim_n, use_fp32, group, rank)
 
 
@@ -609,7 +483,7 @@ def reduce_scatter_v(
     sizes_l = _as_sizes(sizes, world, errors)
     if not err and not errors and tensor.shape[dim_n] != sum(sizes_l):
         errors.append(f"tensor.size({dim})={tensor.shape[dim_n]} but sum(sizes)={sum(sizes_l)}")
-    _validate(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l)])
+    agree(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [Field("sizes", sizes_l)])
     return ReduceScatterVAutograd.apply(tensor, sizes_l, dim_n, use_fp32, group, rank)
 
 
@@ -671,7 +545,7 @@ def gather_v(
     elif not err and not errors and tensor.shape[dim_n] != sizes_l[rank]:
         errors.append(f"tensor.size({dim})={tensor.shape[dim_n]} but sizes[{rank}]={sizes_l[rank]}")
     dst_i = dst if isinstance(dst, int) else -1
-    _validate(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l), _Field("dst", [dst_i])])
+    agree(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [Field("sizes", sizes_l), Field("dst", [dst_i])])
     return GatherVAutograd.apply(tensor, sizes_l, dim_n, dst, group, rank)
 
 
@@ -712,14 +586,14 @@ def scatter_v(
     elif rank == src and not err and not errors and tensor.shape[dim_n] != sum(sizes_l):
         errors.append(f"source tensor.size({dim})={tensor.shape[dim_n]} but sum(sizes)={sum(sizes_l)}")
     src_i = src if isinstance(src, int) else -1
-    _validate(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [_Field("sizes", sizes_l), _Field("src", [src_i])])
+    agree(what, group, errors, lambda: _tensor_fields(tensor, dim_n) + [Field("sizes", sizes_l), Field("src", [src_i])])
     return ScatterVAutograd.apply(tensor, sizes_l, dim_n, src, group, rank)
 
 
-def _count_fields(tensor: torch.Tensor, dim: int, mat: List[List[int]], rank: int) -> List[_Field]:
+def _count_fields(tensor: torch.Tensor, dim: int, mat: List[List[int]], rank: int) -> List[Field]:
     return _tensor_fields(tensor, dim) + [
-        _Field("send counts", mat[rank], must_match=False),
-        _Field("receive counts", [row[rank] for row in mat], must_match=False),
+        Field("send counts", mat[rank], must_match=False),
+        Field("receive counts", [row[rank] for row in mat], must_match=False),
     ]
 
 
@@ -766,7 +640,7 @@ def all_to_all_v(
     mat = _as_size_matrix(sizes, world, errors)
     if not err and not errors and tensor.shape[dim_n] != sum(mat[rank]):
         errors.append(f"tensor.size({dim})={tensor.shape[dim_n]} but sum(sizes[{rank}])={sum(mat[rank])}")
-    _validate(what, group, errors, lambda: _count_fields(tensor, dim_n, mat, rank), _pairwise_counts_check)
+    agree(what, group, errors, lambda: _count_fields(tensor, dim_n, mat, rank), _pairwise_counts_check)
     return AllToAllVAutograd.apply(tensor, mat, dim_n, group, rank)
 
 
@@ -820,11 +694,11 @@ def indexed_all_to_all_v(
                 errors.append(f"index counts {counts} do not equal sizes[{rank}]={mat[rank]}")
             flat_index = torch.cat([i.reshape(-1).to(device=tensor.device, dtype=torch.int64) for i in idx_list]) \
                 if idx_list else torch.zeros(0, dtype=torch.int64, device=tensor.device)
-            if _VALIDATE and not err and flat_index.numel() > 0:
+            if get_validation() and not err and flat_index.numel() > 0:
                 lo, hi = int(flat_index.min()), int(flat_index.max())
                 if lo < 0 or hi >= tensor.shape[dim_n]:
                     errors.append(f"indices must lie in [0, {tensor.shape[dim_n]}), got range [{lo}, {hi}]")
-    _validate(what, group, errors, lambda: _count_fields(tensor, dim_n, mat, rank), _pairwise_counts_check)
+    agree(what, group, errors, lambda: _count_fields(tensor, dim_n, mat, rank), _pairwise_counts_check)
     return IndexedAllToAllVAutograd.apply(tensor, flat_index, mat, use_fp32, dim_n, group, rank)
 
 
@@ -849,9 +723,9 @@ def all_reduce_sum(tensor: torch.Tensor, group=None) -> torch.Tensor:
     _check_tensor(tensor, what)
     shape = list(tensor.shape)
     fields = lambda: [  # noqa: E731
-        _Field("dtype", [_dtype_code(tensor.dtype)], lambda v: _dtype_name(v[0])),
-        _Field("ndim", [tensor.dim()]),
-        _Field("shape", _shape_without(shape + [0], len(shape)), lambda v: str(tuple(x for x in v if x != -1))),
+        Field("dtype", [dtype_code(tensor.dtype)], lambda v: dtype_name(v[0])),
+        Field("ndim", [tensor.dim()]),
+        Field("shape", _shape_without(shape + [0], len(shape)), lambda v: str(tuple(x for x in v if x != -1))),
     ]
-    _validate(what, group, [], fields)
+    agree(what, group, [], fields)
     return AllReduceSumAutograd.apply(tensor, group)

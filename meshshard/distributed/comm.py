@@ -32,7 +32,6 @@ __all__ = [
     "isend",
     "irecv",
     "new_group",
-    "check_same_across_ranks",
 ]
 
 
@@ -279,29 +278,3 @@ def new_group(ranks: Optional[Sequence[int]] = None, **kwargs):
         kwargs: passed to :func:`torch.distributed.new_group` (e.g. ``backend``, ``timeout``).
     """
     return dist.new_group(ranks=list(ranks) if ranks is not None else None, **kwargs)
-
-
-def check_same_across_ranks(values: Sequence[int], what: str, names: Optional[Sequence[str]] = None, group=None) -> torch.Tensor:
-    """Raise :class:`CollectiveMismatchError` on *every* rank unless all ranks pass equal ``values``.
-
-    A collective whose ranks disagree on dtype or trailing shape would hang or corrupt memory;
-    one tiny all-gather first turns that into the same clear error everywhere.
-
-    Args:
-        values: integers that must agree (e.g. dtype code, ndim, feature sizes).
-        what: the name of the calling operation, for the message.
-        names: optional names of the values, for the message.
-        group: process group (``None``: the default group).
-
-    Returns:
-        The gathered ``LongTensor [W, k]``.
-    """
-    table = all_gather_sizes(values, group)
-    if not bool((table == table[0]).all()):
-        names = list(names) if names is not None else [f"value{i}" for i in range(table.shape[1])]
-        rows = "; ".join(
-            f"rank {r}: " + ", ".join(f"{n}={int(v)}" for n, v in zip(names, table[r].tolist()))
-            for r in range(table.shape[0])
-        )
-        raise CollectiveMismatchError(f"{what}: ranks passed inputs that do not match ({rows})")
-    return table

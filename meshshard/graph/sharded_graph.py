@@ -1,7 +1,7 @@
 """``ShardedGraph``: one rank's view of a partitioned graph (owned + ghost nodes, exchange plan)."""
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -10,38 +10,6 @@ from meshshard.graph.halo import HaloBuilder, HaloLayout, build_halo, check_edge
 from meshshard.graph.plan import ExchangePlan, build_plan_distributed, plans_from_requests
 
 __all__ = ["ShardedGraph", "build_all_parts", "iter_all_parts"]
-
-
-def _agree(fn: Callable, what: str, group=None):
-    """Run local step ``fn`` on every rank; if it raises on any rank, raise on every rank.
-
-    A rank that raises while the others go on into a collective would hang them; layer 0's
-    input check (one tiny all-gather of pass/fail flags, then of the messages of the failing
-    ranks) turns a local error into the same error everywhere, naming each failing rank and its
-    cause. In a single process the original exception is raised unchanged.
-
-    Returns:
-        ``fn()``'s result.
-    """
-    from meshshard.distributed.autograd import _validate, set_validation
-
-    err: Optional[BaseException] = None
-    out = None
-    try:
-        out = fn()
-    except Exception as exc:  # noqa: BLE001 - any local failure must reach the other ranks
-        err = exc
-    if msd.get_world_size(group) > 1 and msd.is_initialized():
-        previous = set_validation(True)  # not a hot loop: agree even where collectives skip checks
-        try:
-            _validate(what, group, [] if err is None else [f"{type(err).__name__}: {err}"])
-        except msd.CollectiveMismatchError as agreed:
-            raise agreed from err
-        finally:
-            set_validation(previous)
-    if err is not None:
-        raise err
-    return out
 
 
 def iter_all_parts(edge_index: torch.Tensor, partition, halo_hops: int = 1) -> Iterator[Tuple[HaloLayout, ExchangePlan]]:
@@ -212,7 +180,7 @@ class ShardedGraph:
                     raise ValueError(f"rank must be in [0, {partition.num_parts}), got {r}")
             return ei, r
 
-        ei, r = _agree(validate, "ShardedGraph.from_partition", group)
+        ei, r = msd.run_together(validate, "ShardedGraph.from_partition", group)
         if distributed:
             # Ranks must agree on the graph, or the plan would pair unrelated rows.
             msd.check_same_across_ranks(
@@ -264,7 +232,7 @@ class ShardedGraph:
                 )
             return ei, sz
 
-        ei, sz = _agree(validate, "ShardedGraph.from_global_edges", group)
+        ei, sz = msd.run_together(validate, "ShardedGraph.from_global_edges", group)
         msd.check_same_across_ranks(sz + [halo_hops], "ShardedGraph.from_global_edges",
                                     [f"size{i}" for i in range(world)] + ["halo_hops"], group)
         offsets = torch.zeros(world + 1, dtype=torch.long)
@@ -345,7 +313,7 @@ class ShardedGraph:
             if int(part["rank"]) != rank:
                 raise ValueError(f"rank {rank} was given part {part['rank']}")
 
-        _agree(validate, "ShardedGraph.from_part", group)
+        msd.run_together(validate, "ShardedGraph.from_part", group)
         msd.check_same_across_ranks([int(part["num_parts"]), int(part["num_nodes"]), int(part["halo_hops"])] + list(part["sizes"]),
                                     "ShardedGraph.from_part", None, group)
         layout = HaloLayout(part["owned_ids"], part["ghost_ids"], part["ghost_owner"], part["ghost_owner_index"],
@@ -379,7 +347,7 @@ class ShardedGraph:
         from meshshard.graph.parts_io import load_part
 
         r = msd.get_rank(group) if rank is None else int(rank)
-        part = _agree(lambda: load_part(out_dir, r), "ShardedGraph.load", group)
+        part = msd.run_together(lambda: load_part(out_dir, r), "ShardedGraph.load", group)
         return cls.from_part(part, group)
 
     # ------------------------------------------------------------------ properties
@@ -445,7 +413,8 @@ class ShardedGraph:
         rows in, with split sizes from the plan built at construction (nothing about sizes is
         exchanged per call). By default :mod:`meshshard.distributed.autograd` also checks, in one
         tiny all-gather of a few integers, that dtype and trailing shape agree across ranks (a
-        clear error instead of a hang); ``set_validation(False)`` skips that check in hot loops.
+        clear error instead of a hang); ``with meshshard.distributed.validation(False):`` skips that
+        check in hot loops.
         """
         x = self._local_rows(x_owned, "ShardedGraph.exchange")
         if self.world_size == 1:

@@ -5,7 +5,7 @@ from typing import Callable, Optional
 
 import torch
 
-from meshshard.graph.sharded_graph import _agree
+from meshshard.distributed import run_together
 from meshshard.models.parallel import all_reduce_gradients, global_mse_loss
 from meshshard.tensor import ShardTensor
 
@@ -64,7 +64,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
     optimizer.zero_grad(set_to_none=True)
     if graph is not None:
         group = group if group is not None else getattr(graph, "group", None)
-        _agree(lambda: _check_inputs(x, edge_attr, y, graph), "train_step", group)
+        run_together(lambda: _check_inputs(x, edge_attr, y, graph), "train_step", group)
         pred = model(x, edge_attr, graph=graph, exchange=exchange)
     else:
         if edge_index is None:
@@ -73,7 +73,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
     loss = global_mse_loss(pred, y, group=group if graph is not None else None)
     if not bool(torch.isfinite(loss.detach())):
         # The loss is the same on every rank, so every rank takes this branch and agrees.
-        _agree(lambda: _explain_non_finite(pred, y, x), "train_step", group if graph is not None else None)
+        run_together(lambda: _explain_non_finite(pred, y, x), "train_step", group if graph is not None else None)
         raise FloatingPointError(f"train_step: the loss is {float(loss)} although every input and prediction is "
                                  "finite (the sum overflowed: lower the learning rate or normalise the data)")
     loss.backward()

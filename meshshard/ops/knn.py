@@ -131,19 +131,6 @@ def _check_radius(r, max_num) -> None:
         raise ValueError(f"max_num_neighbors must be None or an int >= 1, got {max_num!r}")
 
 
-def _raise_everywhere(err: Optional[BaseException], what: str, group) -> None:
-    """Raise on every rank if ``err`` is set on any rank (one tiny all-gather of flags)."""
-    code = 0 if err is None else (2 if isinstance(err, TypeError) else 1)
-    flags = msd.all_gather_sizes([code], group).view(-1)
-    if int(flags.max()) == 0:
-        return
-    msgs = msd.all_gather_object(None if err is None else str(err), group)
-    text = "; ".join(f"rank {r}: {m}" for r, m in enumerate(msgs) if m is not None)
-    first = int(flags.nonzero()[0])
-    exc = TypeError if int(flags[first]) == 2 else ValueError
-    raise exc(f"{what}: {text}")
-
-
 def _prepare(points_owned, what: str, params: List[int], names: List[str], group):
     """Validate on every rank, then agree on sizes, point dim and the parameters.
 
@@ -155,10 +142,9 @@ def _prepare(points_owned, what: str, params: List[int], names: List[str], group
         pts = _as_float64(points_owned)
     except (ValueError, TypeError) as exc:
         err = exc
-    _raise_everywhere(err, what, group)
-    table = msd.check_same_across_ranks([pts.shape[1]] + params, what, ["point dim"] + names, group)
+    msd.raise_together(err, what, group)
+    msd.check_same_across_ranks([pts.shape[1]] + params, what, ["point dim"] + names, group)
     sizes = msd.all_gather_sizes([pts.shape[0]], group).view(-1).tolist()
-    del table
     offsets = torch.zeros(len(sizes) + 1, dtype=torch.long)
     offsets[1:] = torch.cumsum(torch.tensor(sizes, dtype=torch.long), 0)
     return pts, sizes, offsets, msd.get_rank(group), msd.get_world_size(group)
@@ -342,7 +328,7 @@ def sharded_knn(
         be = _backend(points_owned if isinstance(points_owned, torch.Tensor) else torch.empty(0), backend)
     except (TypeError, ValueError) as exc:
         err = exc
-    _raise_everywhere(err, "sharded_knn", group)
+    msd.raise_together(err, "sharded_knn", group)
     pts, sizes, offsets, rank, world = _prepare(points_owned, "sharded_knn", [int(k), int(bool(loop))], ["k", "loop"], group)
     total = int(sum(sizes))
     _check_k(int(k), total, bool(loop))  # every rank knows total, so every rank raises alike
@@ -416,7 +402,7 @@ def sharded_radius_graph(
         be = _backend(points_owned if isinstance(points_owned, torch.Tensor) else torch.empty(0), backend)
     except (TypeError, ValueError) as exc:
         err = exc
-    _raise_everywhere(err, "sharded_radius_graph", group)
+    msd.raise_together(err, "sharded_radius_graph", group)
     r = float(r)
     rbits = int(np.array(r, dtype=np.float64).view(np.int64))
     mnn = -1 if max_num_neighbors is None else int(max_num_neighbors)
@@ -468,7 +454,7 @@ def edge_vectors(points_owned: torch.Tensor, edge_index: torch.Tensor, group=Non
             raise TypeError("edge_index must be an integer tensor [2, E]")
     except TypeError as exc:
         err = exc
-    _raise_everywhere(err, "edge_vectors", group)
+    msd.raise_together(err, "edge_vectors", group)
     if sizes is None:
         sizes = msd.all_gather_sizes([points_owned.shape[0]], group).view(-1).tolist()
     offsets = torch.zeros(world + 1, dtype=torch.long)
@@ -481,7 +467,7 @@ def edge_vectors(points_owned: torch.Tensor, edge_index: torch.Tensor, group=Non
         err = ValueError(f"points_owned has {points_owned.shape[0]} rows but sizes[{rank}] = {hi - lo}")
     elif ei.numel() and (int(dst.min()) < lo or int(dst.max()) >= hi or int(src.min()) < 0 or int(src.max()) >= int(offsets[-1])):
         err = ValueError(f"edge targets must lie in [{lo}, {hi}) and sources in [0, {int(offsets[-1])})")
-    _raise_everywhere(err, "edge_vectors", group)
+    msd.raise_together(err, "edge_vectors", group)
 
     owner = torch.searchsorted(offsets, src, right=True) - 1
     want = torch.unique(src[owner != rank])  # sorted: grouped by owner

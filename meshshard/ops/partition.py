@@ -28,7 +28,6 @@ import numpy as np
 import torch
 
 from meshshard import distributed as msd
-from meshshard.ops.knn import _raise_everywhere
 from meshshard.partitioners._cuts import _enforce_min_sizes
 from meshshard.partitioners._validate import as_points, check_num_parts, to_numpy
 from meshshard.partitioners.sfc import hilbert_keys, morton_keys
@@ -385,7 +384,7 @@ def partition_distributed(
         pts, w = _local_input(points_local, weights)
     except (ValueError, TypeError) as exc:
         err = exc
-    _raise_everywhere(err, "partition_distributed", group)
+    msd.raise_together(err, "partition_distributed", group)
     info = msd.all_gather_sizes([pts.shape[0], pts.shape[1], int(pts.dtype == np.float32), int(w is not None)],
                                 group).numpy()
     if len(set(info[:, 1].tolist())) > 1:

@@ -11,8 +11,8 @@ from typing import List, Sequence
 import torch
 
 from meshshard.distributed import Partial, Replicate, Shard
-from meshshard.distributed.autograd import (all_gather_v, all_reduce_sum, all_to_all_v, get_validation,
-                                            reduce_scatter_v, set_validation)
+from meshshard.distributed.agree import get_validation, validation
+from meshshard.distributed.autograd import all_gather_v, all_reduce_sum, all_to_all_v, reduce_scatter_v
 from meshshard.tensor.spec import (chunk_sizes, layout_signature, normalize_placements, resolve_sharding_shapes,
                                    shard_dim_of)
 
@@ -156,10 +156,6 @@ def redistribute(st, placements=None, sharding_shapes=None):
         else:
             new_sizes = chunk_sizes(st.shape[d], mesh.size(m))
     local = st.to_local()
-    previous = set_validation(False) if checked else None
-    try:
+    with validation(not checked and get_validation()):  # checked above already: no second check
         local = redistribute_local(local, mesh, st.placements, st._shard_sizes, target, new_sizes)
-    finally:
-        if checked:
-            set_validation(previous)
     return _FromLocal.apply(local, mesh, target, None if new_sizes is None else tuple(new_sizes))

@@ -6,9 +6,10 @@ from typing import Optional
 import torch
 
 from meshshard.distributed import DeviceMesh, Partial, Shard, broadcast, default_device_mesh
+from meshshard.distributed.agree import DTYPES as _DTYPES, dtype_code as _dtype_code
 from meshshard.distributed.autograd import scatter_v
 from meshshard.tensor.shard_tensor import ShardTensor
-from meshshard.tensor.spec import (_DTYPES, _SLOTS, _dtype_code, chunk_sizes, normalize_placements,
+from meshshard.tensor.spec import (_SLOTS, chunk_sizes, normalize_placements,
                                    resolve_sharding_shapes, shard_dim_of)
 
 __all__ = ["scatter_tensor"]

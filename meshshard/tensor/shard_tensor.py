@@ -148,8 +148,8 @@ class ShardTensor(DTensor):
                 ``{mesh_dim: [local shape of every rank along mesh_dim]}`` (a list of sizes along
                 the sharded dim is accepted, as the dict value or on its own). A dict is checked
                 to be the same on every rank, with the dtype and feature sizes, as "infer" checks
-                them (one tiny all-gather per mesh dim, skipped after
-                ``meshshard.distributed.autograd.set_validation(False)``).
+                them (one tiny all-gather per mesh dim, skipped inside
+                ``with meshshard.distributed.validation(False):``).
 
         Returns:
             ShardTensor whose global shape is the local shape with the sharded dim summed over ranks.

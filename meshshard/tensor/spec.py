@@ -14,7 +14,7 @@ import torch
 
 from meshshard.distributed import (CollectiveMismatchError, DeviceMesh, DTensorSpec, Partial, Placement, Replicate,
                                    Shard, TensorMeta, all_gather_sizes, all_reduce)
-from meshshard.distributed.autograd import get_validation
+from meshshard.distributed.agree import dtype_code as _dtype_code, dtype_name, get_validation
 
 __all__ = [
     "normalize_placements",
@@ -28,8 +28,6 @@ __all__ = [
     "layout_signature",
 ]
 
-_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
-           torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool]
 _SLOTS = 8  # dims compared one by one in the shape exchange
 
 
@@ -97,13 +95,9 @@ def make_spec(mesh: DeviceMesh, placements, local: torch.Tensor, shard_sizes) ->
     return DTensorSpec(mesh, tuple(placements), tensor_meta=meta)
 
 
-def _dtype_code(dtype: torch.dtype) -> int:
-    return _DTYPES.index(dtype) if dtype in _DTYPES else 1000 + sum(ord(c) for c in str(dtype))
-
-
 def _describe(row: List[int]) -> str:
     code, ndim, own = row[0], row[1], row[2]
-    dt = str(_DTYPES[code]).replace("torch.", "") if 0 <= code < len(_DTYPES) else f"dtype#{code}"
+    dt = dtype_name(code)
     shape = [own if v == -2 else v for v in row[3:3 + min(ndim, _SLOTS)]]
     return f"{dt}{tuple(shape)}"
 
@@ -247,7 +241,7 @@ def layout_signature(local: torch.Tensor, mesh: DeviceMesh, placements, shard_si
 
 def _describe_signature(sig: List[int], mesh_ndim: int) -> str:
     code, ndim = sig[0], sig[1]
-    dt = str(_DTYPES[code]).replace("torch.", "") if 0 <= code < len(_DTYPES) else f"dtype#{code}"
+    dt = dtype_name(code)
     shape = ", ".join("n" if v == -2 else str(v) for v in sig[2:2 + min(ndim, _SLOTS)])
     codes = sig[2 + _SLOTS:2 + _SLOTS + mesh_ndim]
     names = ", ".join("Replicate()" if c == 0 else "Partial()" if c == 1 else f"Shard({c - 2})" for c in codes)
@@ -265,7 +259,7 @@ def resolve_sharding_shapes(what: str, sharding_shapes, mesh: DeviceMesh, placem
     ranks waiting in the next collective. The check is one all-gather of a few integers per mesh
     dim (with ``signature``, also the tensor's dtype, feature shape, placements and current
     sizes, so the exchange that follows needs no check of its own); it follows
-    :func:`meshshard.distributed.autograd.set_validation` (off: local checks only, and every rank
+    :func:`meshshard.distributed.validation` (off: local checks only, and every rank
     must pass the same layout).
 
     Args:

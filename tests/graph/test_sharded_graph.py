@@ -98,14 +98,13 @@ def _check_exchange_traffic(g, x, rank, world):
     """exchange sends plan.num_send rows out and num_ghost rows in, in one all-to-all with the plan's
     split sizes; backward is the transposed one; nothing else crosses the wire (validation off),
     and with validation on only one small check whose size does not depend on the features."""
-    from meshshard.distributed.autograd import set_validation
+    from meshshard.distributed import validation
 
     plan = g.plan
     send = plan.send_counts[rank].tolist()
     recv = plan.send_counts[:, rank].tolist()
     assert sum(recv) == g.num_ghost and sum(send) == plan.num_send
-    previous = set_validation(False)
-    try:
+    with validation(False):
         for feats in (3, 5):
             xo = x[g.owned_ids, :1].repeat(1, feats).clone().requires_grad_()
             with _spy_collectives() as fwd:
@@ -114,8 +113,6 @@ def _check_exchange_traffic(g, x, rank, world):
             with _spy_collectives() as bwd:
                 xe.sum().backward()
             assert bwd == [("all_to_all_single", (g.num_ghost, feats), recv, send)], bwd
-    finally:
-        set_validation(previous)
     shapes = []
     for feats in (3, 5):
         with _spy_collectives() as checked:

@@ -58,7 +58,8 @@ def _check_world(rank, world, data_dir):
     bad = clouds["grid"][rank::world].copy()
     if rank == world - 1:
         bad[0, 0] = np.nan
-    with pytest.raises(ValueError, match=rf"rank {world - 1}: points hold NaN"):
+    named = rf"invalid input on rank\(s\) \[{world - 1}\] \(rank {world - 1}: ValueError: " if world > 1 else ""
+    with pytest.raises(ValueError, match=named + "points hold NaN"):
         partition_distributed(bad)
     with pytest.raises(ValueError, match="unknown method 'graph'"):
         partition_distributed(clouds["grid"], method="graph")
