@@ -251,6 +251,13 @@ def fetch_rows(func, x, want, flat: bool = False):
     return got.index_select(dim, torch.argsort(order))
 
 
+def _partial_local(x, index):
+    """Local copy of a replicated ``x`` feeding the rows of a sharded ``index``: each rank's
+    gradient is a partial sum, so backward sums it over the index's sharding mesh dim."""
+    return x.to_local(grad_placements=tuple(Partial() if isinstance(p, Shard) else Replicate()
+                                            for p in index.placements))
+
+
 def _check_range(func, idx, n, group=None, world=1):
     """Raise IndexError on every rank when any rank's ``idx`` leaves ``[0, n)``."""
     bad = int(idx.numel() > 0 and (int(idx.min()) < 0 or int(idx.max()) >= n))
@@ -299,7 +306,7 @@ def index_select_handler(func, types, args, kwargs):
         if isinstance(index, ShardTensor) and not is_replicated(index):
             # replicated source, sharded index: each rank picks its own index rows
             isz = list(index._shard_sizes)
-            out = x.to_local().index_select(dim, index.to_local())
+            out = _partial_local(x, index).index_select(dim, index.to_local())
             placements = tuple(Shard(dim) if isinstance(p, Shard) else Replicate() for p in index.placements)
             return _FromLocal.apply(out, x.device_mesh, placements, tuple(isz))
         local_idx = index.to_local() if isinstance(index, ShardTensor) else index
@@ -350,7 +357,7 @@ def gather_handler(func, types, args, kwargs):
             isd = shard_dim_of(index.placements)
             if sd is None and isd is not None:
                 # replicated source: the index's rows sit at its offset along its sharded dim
-                local = x.to_local()
+                local = _partial_local(x, index)
                 if isd[1] != dim:
                     local = local.narrow(isd[1], index.offsets(), index._local_tensor.shape[isd[1]])
                 return wrap(func, torch.gather(local, dim, index.to_local()), index)
