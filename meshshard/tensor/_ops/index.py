@@ -215,6 +215,15 @@ def unbind_handler(func, types, args, kwargs):
     return wrap(func, func(x.to_local(), dim), x, shift)
 
 
+def _route(sizes, want, flat):
+    """``(owner rank, local row or element)`` of every requested global row (or flat pair)."""
+    if flat:
+        return want[:, 0], want[:, 1]
+    ends = torch.tensor(_offsets(sizes) + [sum(sizes)], dtype=torch.int64)
+    owner = torch.searchsorted(ends[1:], want, right=True)
+    return owner, want - ends[owner]
+
+
 def fetch_rows(func, x, want, flat: bool = False):
     """Rows of a sharded ``x`` at global positions ``want``, fetched from their owners.
 
@@ -223,30 +232,32 @@ def fetch_rows(func, x, want, flat: bool = False):
         x: ShardTensor sharded along dim ``d``.
         want: ``[k]`` int64 global indices along ``d`` in ``[0, N)`` this rank asks for (any order,
             repeats allowed, a different ``k`` per rank); with ``flat``, ``[k, 2]`` pairs of
-            (owner rank, element index into the owner's flattened local tensor).
+            (owner rank, element index into the owner's flattened local tensor). A list of every
+            rank's ``want`` (a replicated index) skips the exchange of request counts and indices.
         flat: fetch single elements instead of rows.
 
     Returns:
-        This rank's local tensor ``x_local.index_select(d, local rows)`` gathered across ranks:
-        ``[..., k, ...]`` (dim ``d``), or ``[k]`` elements with ``flat``. Differentiable.
+        The requested rows in ``want``'s order, ``[..., k, ...]`` (``k`` along dim ``d``), or ``[k]``
+        elements with ``flat``. Differentiable (repeated picks sum their gradients).
     """
     m, d = shard_dim_of(x.placements)
     mesh, sizes = x.device_mesh, list(x._shard_sizes)
     group, world, coord = mesh.get_group(m), mesh.size(m), mesh.get_local_rank(m)
-    if flat:
-        owner, local = want[:, 0], want[:, 1]
-        source, dim = x.to_local().reshape(-1), 0
+    source, dim = (x.to_local().reshape(-1), 0) if flat else (x.to_local(), d)
+    if isinstance(want, (list, tuple)):
+        routes = [_route(sizes, w, flat) for w in want]
+        owner = routes[coord][0]
+        table = [torch.bincount(o, minlength=world).tolist() for o, _ in routes]
+        per_rank = [local[o == coord] for o, local in routes]  # stable: in each requester's order
     else:
-        ends = torch.tensor(_offsets(sizes) + [sum(sizes)], dtype=torch.int64)
-        owner = torch.searchsorted(ends[1:], want, right=True)
-        local = want - ends[owner]
-        source, dim = x.to_local(), d
+        owner, local = _route(sizes, want, flat)
+        counts = torch.bincount(owner, minlength=world).tolist()
+        table = all_gather_sizes(counts, group).tolist() if world > 1 else [counts]
+        order = torch.argsort(owner, stable=True)
+        requests = all_to_all_v(local[order], table, 0, group)  # what others want from me, by rank
+        per_rank = list(torch.split(requests, [table[j][coord] for j in range(world)]))
     order = torch.argsort(owner, stable=True)
-    counts = torch.bincount(owner, minlength=world).tolist()
-    table = all_gather_sizes(counts, group).tolist() if world > 1 else [counts]
-    requests = all_to_all_v(local[order], table, 0, group)  # rows others want from me, by source rank
     send_sizes = [[table[j][i] for j in range(world)] for i in range(world)]
-    per_rank = list(torch.split(requests, [table[j][coord] for j in range(world)]))
     got = indexed_all_to_all_v(source, per_rank, send_sizes, dim=dim, group=group)
     return got.index_select(dim, torch.argsort(order))
 
@@ -319,9 +330,14 @@ def index_select_handler(func, types, args, kwargs):
     if idx_sizes is None:
         if dim != d:
             return wrap(func, x.to_local().index_select(dim, local_idx), x)
+        # A plain index is the same on every rank: each takes its torch.chunk part, and every
+        # rank's requests are known without communication.
         idx_sizes = chunk_sizes(local_idx.numel(), mesh.size(m))
-        coord = mesh.get_local_rank(m)
-        local_idx = local_idx.narrow(0, _offsets(idx_sizes)[coord], idx_sizes[coord])
+        local_idx = local_idx.to(torch.int64)
+        _check_range(func, local_idx, x.shape[d])
+        got = fetch_rows(func, x, list(torch.split(local_idx, idx_sizes)))
+        placements = tuple(Shard(dim) if isinstance(p, Shard) else p for p in x.placements)
+        return _FromLocal.apply(got, mesh, placements, tuple(idx_sizes))
     local_idx = local_idx.to(torch.int64)
     placements = tuple(Shard(dim) if isinstance(p, Shard) else p for p in x.placements)
     if dim != d:
@@ -370,37 +386,48 @@ def gather_handler(func, types, args, kwargs):
             local_idx = align_plain(func, index, x)
         return wrap(func, torch.gather(x.to_local(), dim, local_idx), x)
     m, d = sd
-    mesh, sizes = x.device_mesh, list(x._shard_sizes)
+    mesh = x.device_mesh
     local_idx, idx_dim, idx_sizes, idx_off = _index_layout(func, x, index)
     if local_idx.dim() != x.dim():
         raise RuntimeError(f"{op_name(func)}: Index tensor must have the same number of dimensions as input tensor")
-    if idx_sizes is None:
-        idx_dim, world = dim, mesh.size(m)
-        idx_sizes = chunk_sizes(local_idx.shape[dim], world)
-        idx_off = _offsets(idx_sizes)[mesh.get_local_rank(m)]
-        local_idx = local_idx.narrow(dim, idx_off, idx_sizes[mesh.get_local_rank(m)])
     for k in range(x.dim()):
         if k != dim and index.shape[k] > x.shape[k]:
             raise RuntimeError(f"{op_name(func)}: Size does not match at dimension {k}: index {tuple(index.shape)} "
                                f"vs input {tuple(x.shape)} (index.size(k) <= input.size(k) for k != dim)")
     local_idx = local_idx.to(torch.int64)
+    placements = tuple(Shard(idx_dim if idx_sizes is not None else dim) if isinstance(p, Shard) else p
+                       for p in x.placements)
+    if idx_sizes is None:
+        # A plain index is the same on every rank: each takes its torch.chunk part along dim,
+        # and every rank's requests are known without communication.
+        idx_sizes = chunk_sizes(local_idx.shape[dim], mesh.size(m))
+        _check_range(func, local_idx, x.shape[d])
+        parts = torch.split(local_idx, idx_sizes, dim)
+        want = [_element_sources(x, dim, part, dim, off) for part, off in zip(parts, _offsets(idx_sizes))]
+        got = fetch_rows(func, x, want, flat=True).reshape(parts[mesh.get_local_rank(m)].shape)
+        return _FromLocal.apply(got, mesh, placements, tuple(idx_sizes))
     _check_range(func, local_idx, x.shape[d], mesh.get_group(m), mesh.size(m))
-    # Each element's source: owner of its row, and the flat position in the owner's local tensor
-    # (global coordinates outside ``dim``; strides of the owner's local shape).
+    got = fetch_rows(func, x, _element_sources(x, dim, local_idx, idx_dim, idx_off), flat=True)
+    return _FromLocal.apply(got.reshape(local_idx.shape), mesh, placements, tuple(idx_sizes))
+
+
+def _element_sources(x, dim, idx, idx_dim, idx_off):
+    """``[k, 2]`` (owner rank, position in the owner's flattened local tensor) of the element each
+    entry of ``idx`` (a block of a gather index, starting at ``idx_off`` along ``idx_dim``) picks:
+    its row is the entry, its other coordinates are the entry's global ones."""
+    sizes = list(x._shard_sizes)
     ends = torch.tensor(_offsets(sizes) + [sum(sizes)], dtype=torch.int64)
-    rows = local_idx.reshape(-1)
+    rows = idx.reshape(-1)
     owner = torch.searchsorted(ends[1:], rows, right=True)
-    coords = torch.stack(torch.meshgrid(*[torch.arange(s) for s in local_idx.shape], indexing="ij"), -1)
+    coords = torch.stack(torch.meshgrid(*[torch.arange(n) for n in idx.shape], indexing="ij"), -1)
     coords = coords.reshape(-1, x.dim())
     coords[:, idx_dim] += idx_off
     coords[:, dim] = rows - ends[owner]
+    d = shard_dim_of(x.placements)[1]
     shapes = torch.tensor([[n if k == d else x.shape[k] for k in range(x.dim())] for n in sizes], dtype=torch.int64)
-    strides = torch.flip(torch.cumprod(torch.flip(shapes, [1]), 1), [1]).roll(-1, 1)
+    strides = torch.flip(torch.cumprod(torch.flip(shapes, [1]), 1), [1]).roll(-1, 1)  # row-major
     strides[:, -1] = 1
-    flat = (coords * strides[owner]).sum(1)
-    got = fetch_rows(func, x, torch.stack([owner, flat], 1), flat=True).reshape(local_idx.shape)
-    placements = tuple(Shard(idx_dim) if isinstance(p, Shard) else p for p in x.placements)
-    return _FromLocal.apply(got, mesh, placements, tuple(idx_sizes))
+    return torch.stack([owner, (coords * strides[owner]).sum(1)], 1)
 
 
 register(getitem_handler, (torch.Tensor.__getitem__,))
