@@ -46,7 +46,7 @@ def _as_int(v):
         return None
 
 
-def _expand_key(func, key, ndim):
+def _expand_key(key, ndim):
     """``key`` as a tuple of ints, slices and ``None`` with ``...`` expanded; ``None`` when it holds
     anything else (tensors, lists, bools: advanced indexing)."""
     key = key if isinstance(key, tuple) else (key,)
@@ -138,7 +138,7 @@ def getitem_handler(func, types, args, kwargs):
     if not isinstance(x, ShardTensor):
         raise NotImplementedError(f"ShardTensor: {op_name(func)} with a ShardTensor as the index; {WAY_OUT}")
     reference(func, [x])
-    items = _expand_key(func, key, x.dim())
+    items = _expand_key(key, x.dim())
     if shard_dim_of(x.placements) is None:
         return wrap(func, x.to_local()[key], x)
     if items is None:
@@ -219,7 +219,7 @@ def _route(sizes, want, flat):
     """``(owner rank, local row or element)`` of every requested global row (or flat pair)."""
     if flat:
         return want[:, 0], want[:, 1]
-    ends = torch.tensor(_offsets(sizes) + [sum(sizes)], dtype=torch.int64)
+    ends = torch.tensor(_offsets(sizes) + [sum(sizes)], dtype=torch.int64, device=want.device)
     owner = torch.searchsorted(ends[1:], want, right=True)
     return owner, want - ends[owner]
 
@@ -333,12 +333,12 @@ def index_select_handler(func, types, args, kwargs):
         # A plain index is the same on every rank: each takes its torch.chunk part, and every
         # rank's requests are known without communication.
         idx_sizes = chunk_sizes(local_idx.numel(), mesh.size(m))
-        local_idx = local_idx.to(torch.int64)
+        local_idx = local_idx.to(device=x._local_tensor.device, dtype=torch.int64)
         _check_range(func, local_idx, x.shape[d])
         got = fetch_rows(func, x, list(torch.split(local_idx, idx_sizes)))
         placements = tuple(Shard(dim) if isinstance(p, Shard) else p for p in x.placements)
         return _FromLocal.apply(got, mesh, placements, tuple(idx_sizes))
-    local_idx = local_idx.to(torch.int64)
+    local_idx = local_idx.to(device=x._local_tensor.device, dtype=torch.int64)
     placements = tuple(Shard(dim) if isinstance(p, Shard) else p for p in x.placements)
     if dim != d:
         # Index rows spread over ranks, source rows sharded along another dim: every rank needs
@@ -394,7 +394,7 @@ def gather_handler(func, types, args, kwargs):
         if k != dim and index.shape[k] > x.shape[k]:
             raise RuntimeError(f"{op_name(func)}: Size does not match at dimension {k}: index {tuple(index.shape)} "
                                f"vs input {tuple(x.shape)} (index.size(k) <= input.size(k) for k != dim)")
-    local_idx = local_idx.to(torch.int64)
+    local_idx = local_idx.to(device=x._local_tensor.device, dtype=torch.int64)
     placements = tuple(Shard(idx_dim if idx_sizes is not None else dim) if isinstance(p, Shard) else p
                        for p in x.placements)
     if idx_sizes is None:
@@ -416,15 +416,17 @@ def _element_sources(x, dim, idx, idx_dim, idx_off):
     entry of ``idx`` (a block of a gather index, starting at ``idx_off`` along ``idx_dim``) picks:
     its row is the entry, its other coordinates are the entry's global ones."""
     sizes = list(x._shard_sizes)
-    ends = torch.tensor(_offsets(sizes) + [sum(sizes)], dtype=torch.int64)
+    dev = idx.device
+    ends = torch.tensor(_offsets(sizes) + [sum(sizes)], dtype=torch.int64, device=dev)
     rows = idx.reshape(-1)
     owner = torch.searchsorted(ends[1:], rows, right=True)
-    coords = torch.stack(torch.meshgrid(*[torch.arange(n) for n in idx.shape], indexing="ij"), -1)
+    coords = torch.stack(torch.meshgrid(*[torch.arange(n, device=dev) for n in idx.shape], indexing="ij"), -1)
     coords = coords.reshape(-1, x.dim())
     coords[:, idx_dim] += idx_off
     coords[:, dim] = rows - ends[owner]
     d = shard_dim_of(x.placements)[1]
-    shapes = torch.tensor([[n if k == d else x.shape[k] for k in range(x.dim())] for n in sizes], dtype=torch.int64)
+    shapes = torch.tensor([[n if k == d else x.shape[k] for k in range(x.dim())] for n in sizes], dtype=torch.int64,
+                          device=dev)
     strides = torch.flip(torch.cumprod(torch.flip(shapes, [1]), 1), [1]).roll(-1, 1)  # row-major
     strides[:, -1] = 1
     return torch.stack([owner, (coords * strides[owner]).sum(1)], 1)
