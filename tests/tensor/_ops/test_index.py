@@ -28,18 +28,22 @@ def _expect(exc, fn, *words):
     raise AssertionError(f"expected {exc.__name__}")
 
 
-def _check(name, f, full, sizes, mesh, rank, placements=None):
-    """``f`` on a ShardTensor of ``full`` (Shard(0) with ``sizes``, or ``placements``) against ``f``
-    on ``full``: values and the gradient of a weighted sum. Returns [(placements, sizes)] per output."""
+def _check(name, f, full, sizes, mesh, coord, placements=None):
+    """``f`` on a ShardTensor of ``full`` against ``f`` on ``full``: values and the gradient of a
+    weighted sum. The ShardTensor has ``placements`` (default ``(Shard(0),)``; its rows along dim 0
+    by ``sizes``, ``coord`` this rank's index on the sharding mesh dim; all Replicate: the whole
+    tensor). Returns (placements, sizes) of the result, a list of them for several outputs."""
     from meshshard.distributed import Shard
     from meshshard.tensor import ShardTensor
-    off, n = sum(sizes[:rank]), sizes[rank]
-    if placements is None:
-        loc = full.narrow(0, off, n).clone().requires_grad_(True)
-        st = ShardTensor.from_local(loc, mesh, (Shard(0),), sharding_shapes=list(sizes))
-    else:  # replicated
+    placements = placements or (Shard(0),)
+    replicated = not any(isinstance(p, Shard) for p in placements)
+    off, n = sum(sizes[:coord]), sizes[coord]
+    if replicated:
         loc = full.clone().requires_grad_(True)
         st = ShardTensor.from_local(loc, mesh, placements)
+    else:
+        loc = full.narrow(0, off, n).clone().requires_grad_(True)
+        st = ShardTensor.from_local(loc, mesh, placements, sharding_shapes=list(sizes))
     ref_in = full.clone().requires_grad_(True)
     ref, out = f(ref_in), f(st)
     refs, outs = (ref, out) if isinstance(ref, (tuple, list)) else ((ref,), (out,))
@@ -56,9 +60,9 @@ def _check(name, f, full, sizes, mesh, rank, placements=None):
         layouts.append((tuple(o.placements), o.shard_sizes()))
     loss_ref.backward()
     loss.backward()
-    want = ref_in.grad if placements is not None else ref_in.grad.narrow(0, off, n)
+    want = ref_in.grad if replicated else ref_in.grad.narrow(0, off, n)
     have = loc.grad if loc.grad is not None else torch.zeros_like(loc)
-    assert torch.allclose(have, want, **tol), f"{name}: gradient differs on rank {rank}"
+    assert torch.allclose(have, want, **tol), f"{name}: gradient differs at coordinate {coord}"
     return layouts if len(layouts) > 1 else layouts[0]
 
 
@@ -138,6 +142,20 @@ def _index_checks(rank, world):
         assert r("replicated index_select", lambda t: t.index_select(0, pick(t, rows5, rows5_st))) == \
             ((Shard(0),), i5)
         assert r("replicated gather", lambda t: t.gather(0, pick(t, g1, g1_st))) == ((Shard(1),), i4)
+
+    if world == 4:  # a 2 x 2 (dp x domain) mesh: Replicate on dp, uneven Shard(0) on domain
+        mesh2 = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "domain"))
+        pl2, s2, coord = (Replicate(), Shard(0)), [5, 2], mesh2.get_local_rank(1)
+        idx2 = ShardTensor.from_local(rows5[:3] if coord == 0 else rows5[3:], mesh2, pl2)
+
+        def c2(name, f):
+            return _check(name, f, x, s2, mesh2, coord, pl2)
+        assert c2("2-D x[1:6:2]", lambda t: t[1:6:2]) == (pl2, [2, 1])
+        assert c2("2-D x[6]", lambda t: t[6]) == ((Replicate(), Replicate()), None)
+        assert c2("2-D flatten", lambda t: t.flatten(1).unsqueeze(0)) == ((Replicate(), Shard(1)), s2)
+        assert c2("2-D index_select plain", lambda t: t.index_select(0, rows)) == (pl2, [4, 4])
+        assert c2("2-D index_select sharded", lambda t: t.index_select(0, pick(t, rows5, idx2))) == (pl2, [3, 2])
+        assert c2("2-D gather", lambda t: t.gather(0, g0)) == (pl2, [3, 2])
 
     # errors, on every rank alike
     st = sharded_index(x, s)
