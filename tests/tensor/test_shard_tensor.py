@@ -239,7 +239,7 @@ def _redistribute_checks(x_full, sizes, mesh, rank, world):
         _expect(ValueError, lambda: st + rb, "different layouts")
         _expect(ValueError, lambda: torch.mul(st, rb), "different layouts")
     # Unsupported ops -> NotImplementedError naming the op and the way out
-    for fn, name in [(lambda: torch.sort(st, dim=0), "torch.sort"), (lambda: st[torch.tensor([0])], "__getitem__"),
+    for fn, name in [(lambda: torch.sort(st, dim=0), "torch.sort"), (lambda: st[:, torch.tensor([0])], "__getitem__"),
                      (lambda: torch.softmax(st, dim=0), "softmax"), (lambda: torch.cumsum(st, 0), "torch.cumsum"),
                      (lambda: st.T.reshape(-1), "reshape"), (lambda: torch.matmul(st, st.T), "")]:
         _expect(NotImplementedError, fn, name, "register")

@@ -126,6 +126,8 @@ def _index_checks(rank, world):
         # index_select / gather by global indices
         assert c("index_select(0, plain)", lambda t: t.index_select(0, rows)) == \
             ((Shard(0),), chunk_sizes(len(rows), world))
+        assert c("x[rows]", lambda t: t[rows]) == ((Shard(0),), chunk_sizes(len(rows), world))
+        assert c("x[sharded rows]", lambda t: t[pick(t, rows5, rows5_st)]) == ((Shard(0),), i5)
         assert c("index_select(0, sharded)", lambda t: torch.index_select(t, 0, pick(t, rows5, rows5_st))) == \
             ((Shard(0),), i5)
         assert c("index_select(2, plain)", lambda t: t.index_select(2, torch.tensor([5, 0, 5]))) == ((Shard(0),), s)
@@ -159,7 +161,8 @@ def _index_checks(rank, world):
 
     # errors, on every rank alike
     st = sharded_index(x, s)
-    _expect(NotImplementedError, lambda: st[torch.tensor([0, 1])], "__getitem__", "advanced indexing")
+    _expect(NotImplementedError, lambda: st[torch.ones(7, dtype=torch.bool)], "__getitem__", "advanced indexing")
+    _expect(NotImplementedError, lambda: st[:, torch.tensor([0, 1])], "__getitem__", "advanced indexing")
     _expect(NotImplementedError, lambda: st[[0, 1]], "__getitem__", "advanced indexing")
     _expect(NotImplementedError, lambda: st.unbind(0), "unbind", "sharded dim")
     _expect(IndexError, lambda: st[7], "out of bounds")
