@@ -239,9 +239,9 @@ def _redistribute_checks(x_full, sizes, mesh, rank, world):
         _expect(ValueError, lambda: st + rb, "different layouts")
         _expect(ValueError, lambda: torch.mul(st, rb), "different layouts")
     # Unsupported ops -> NotImplementedError naming the op and the way out
-    for fn, name in [(lambda: torch.sort(st, dim=0), "torch.sort"), (lambda: st[0], "__getitem__"),
+    for fn, name in [(lambda: torch.sort(st, dim=0), "torch.sort"), (lambda: st[:, torch.tensor([0])], "__getitem__"),
                      (lambda: torch.softmax(st, dim=0), "softmax"), (lambda: torch.cumsum(st, 0), "torch.cumsum"),
-                     (lambda: st.view(-1), "view"), (lambda: torch.matmul(st, st.T), "")]:
+                     (lambda: st.T.reshape(-1), "reshape"), (lambda: torch.matmul(st, st.T), "")]:
         _expect(NotImplementedError, fn, name, "register")
     return st
 
@@ -335,14 +335,16 @@ def _common_ops_check(x_full, mesh, rank, sizes):
         "x.mT": lambda x: x.mT, "permute": lambda x: x.permute(1, 0), "to(float32)": lambda x: x.to(torch.float32),
         "to(float64)": lambda x: x.to(torch.float64), "detach()": lambda x: x.detach(),
         "clone()": lambda x: x.clone(), "cat(dim=1)": lambda x: torch.cat([x, x * 2], dim=1),
+        "x[0]": lambda x: x[0], "x[:, 1]": lambda x: x[:, 1], "x[..., 1]": lambda x: x[..., 1],
+        "reshape": lambda x: x.reshape(-1), "unsqueeze": lambda x: x.unsqueeze(-1),
+        "index_select": lambda x: x.index_select(0, torch.tensor([0])),
     }
     unsupported = {
-        "cat(dim=0)": lambda x: torch.cat([x, x], dim=0), "x[0]": lambda x: x[0], "x[:, 1]": lambda x: x[:, 1],
-        "x[..., 1]": lambda x: x[..., 1], "x @ x.T": lambda x: x @ x.T, "reshape": lambda x: x.reshape(-1),
-        "unsqueeze": lambda x: x.unsqueeze(-1), "max": lambda x: x.max(), "norm": lambda x: x.norm(),
+        "cat(dim=0)": lambda x: torch.cat([x, x], dim=0), "x @ x.T": lambda x: x @ x.T,
+        "max": lambda x: x.max(), "norm": lambda x: x.norm(),
         "std": lambda x: x.std(), "softmax(dim=0)": lambda x: torch.softmax(x, 0), "cumsum": lambda x: x.cumsum(0),
         "add_": lambda x: x.clone().add_(1.0), "zeros_like": torch.zeros_like, "item": lambda x: x.sum(1).item(), "tolist": lambda x: x.tolist(),
-        "stack": lambda x: torch.stack([x, x]), "index_select": lambda x: x.index_select(0, torch.tensor([0])),
+        "stack": lambda x: torch.stack([x, x]),
     }
     for name, op in supported.items():
         local = x_full[off:off + sizes[rank]].clone().requires_grad_()
