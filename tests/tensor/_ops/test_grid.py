@@ -1,0 +1,98 @@
+"""Grid op families on a ShardTensor sharded along a spatial dim (conv, conv_transpose, pooling,
+pad, interpolate) at 1-4 gloo ranks with uneven, thin and zero-row shards: values and the
+gradients of the input and of the weights against one process (float64 1e-10, float32 1e-5).
+All cases run inside one spawned group per world size (a group costs seconds to start)."""
+import zlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from meshshard.testing import run_distributed
+
+TIMEOUT = 240
+# rows of the sharded dim per rank: uneven, with zero-row and 1-row (thinner than the halo) shards
+SIZES = {1: [[11]], 2: [[0, 11], [4, 7]], 3: [[5, 1, 5], [2, 0, 9]], 4: [[1, 3, 0, 7], [3, 3, 3, 2]]}
+TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-5, atol=1e-5)}
+
+
+def _conv(nd, transpose=False, k=3, **opts):
+    def make(gen, dtype, c_in=3):
+        groups = opts.get("groups", 1)
+        if transpose:
+            w = torch.randn((c_in, 6 // groups) + (k,) * nd, generator=gen, dtype=dtype)
+        else:
+            w = torch.randn((6, c_in // groups) + (k,) * nd, generator=gen, dtype=dtype)
+        b = torch.randn(6, generator=gen, dtype=dtype)
+        return [w, b]
+    func = {(1, False): F.conv1d, (2, False): F.conv2d, (3, False): F.conv3d,
+            (1, True): F.conv_transpose1d, (2, True): F.conv_transpose2d, (3, True): F.conv_transpose3d}[nd, transpose]
+    return make, (lambda x, w, b: func(x, w, b, **opts))
+
+
+CONV_CASES = {
+    "conv1d k3 p1": (1, _conv(1, padding=1)),
+    "conv1d k3 s2 p0": (1, _conv(1, stride=2)),
+    "conv1d k5 s3 p2 d2": (1, _conv(1, k=5, stride=3, padding=2, dilation=2)),
+    "conv1d same d2": (1, _conv(1, k=4, padding="same", dilation=2)),
+    "conv2d k3 p1": (2, _conv(2, padding=1)),
+    "conv2d k3 s2 p1": (2, _conv(2, stride=2, padding=1)),
+    "conv2d groups3 s(2,1) d(2,1)": (2, _conv(2, stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=3)),
+    "conv3d k3 s2 p1": (3, _conv(3, stride=2, padding=1)),
+    "conv_transpose1d k3 s2 p1 op1": (1, _conv(1, transpose=True, stride=2, padding=1, output_padding=1)),
+    "conv_transpose1d k2 s3": (1, _conv(1, transpose=True, k=2, stride=3)),
+    "conv_transpose2d k3 s2 p1 d2": (2, _conv(2, transpose=True, stride=2, padding=1, dilation=2)),
+    "conv_transpose3d k3 s1 p1": (3, _conv(3, transpose=True, padding=1)),
+}
+
+
+def _input(nd, n, dtype, gen):
+    """[B=2, C=3, n, ...] with the other spatial dims small."""
+    return torch.randn((2, 3, n) + (5, 4)[: nd - 1], generator=gen, dtype=dtype)
+
+
+def _check_case(name, nd, make, op, sizes, dtype, rank):
+    from meshshard.distributed import Shard, all_reduce, default_device_mesh
+    from meshshard.tensor import ShardTensor
+
+    gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+    x = _input(nd, sum(sizes), dtype, gen)
+    params = make(gen, dtype)
+    off = sum(sizes[:rank])
+    x_local = x.narrow(2, off, sizes[rank]).clone().requires_grad_()
+    ps = [p.clone().requires_grad_() for p in params]
+    st = ShardTensor.from_local(x_local, default_device_mesh(), (Shard(2),), sharding_shapes=list(sizes))
+    out = op(st, *ps)
+    full = out.full_tensor()
+    xr = x.clone().requires_grad_()
+    prs = [p.clone().requires_grad_() for p in params]
+    ref = op(xr, *prs)
+    tol = TOL[dtype]
+    assert full.shape == ref.shape, f"{name} {sizes}: shape {tuple(full.shape)} vs {tuple(ref.shape)}"
+    assert torch.allclose(full, ref, **tol), f"{name} {sizes}: values differ by {(full - ref).abs().max()}"
+    proj = torch.randn(ref.shape, generator=gen, dtype=dtype)
+    (full * proj).sum().backward()
+    (ref * proj).sum().backward()
+    want = xr.grad.narrow(2, off, sizes[rank])
+    assert torch.allclose(x_local.grad, want, **tol), f"{name} {sizes}: input grad differs by {(x_local.grad - want).abs().max()}"
+    for i, (p, pr) in enumerate(zip(ps, prs)):
+        g = p.grad.clone()
+        all_reduce(g)  # weights: per-rank partial sums, as for nn.Linear
+        assert torch.allclose(g, pr.grad, **tol), f"{name} {sizes}: param {i} grad differs by {(g - pr.grad).abs().max()}"
+
+
+def _all_cases(rank, world):
+    done = 0
+    for sizes in SIZES[world]:
+        for name, (nd, (make, op)) in CONV_CASES.items():
+            for dtype in (torch.float64, torch.float32):
+                _check_case(name, nd, make, op, sizes, dtype, rank)
+                done += 1
+    return done
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_grid_ops_match_one_process(world):
+    counts = run_distributed(_all_cases, world, timeout=TIMEOUT - 20)
+    assert counts[0] == len(SIZES[world]) * len(CONV_CASES) * 2
