@@ -21,7 +21,8 @@ from meshshard.tensor.shard_tensor import ShardTensor, _FromLocal
 from meshshard.tensor.spec import shard_dim_of
 from meshshard.tensor._ops._common import WAY_OUT, is_replicated, local_of, op_name, reference
 
-__all__ = ["GridInput", "grid_input", "bind", "tuple_of", "owned_outputs", "fetch", "keep_connected", "param_local",
+__all__ = ["GridInput", "grid_input", "bind", "tuple_of", "owned_outputs", "fetch", "keep_connected", "empty_output",
+           "param_local",
            "wrap_grid"]
 
 
@@ -148,6 +149,27 @@ def keep_connected(out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
         if t is not None and t.requires_grad:
             out = out + t.sum() * 0
     return out
+
+
+def empty_output(g: GridInput, call, win: torch.Tensor, rows: int, *params) -> torch.Tensor:
+    """The local output of a rank that owns no output row: ``call`` on ``rows`` zero rows (to learn
+    the other dims' sizes), cut to 0 rows, linked to the fetched rows and the weights.
+
+    Args:
+        g: the grid input.
+        call: the local op, ``call(tensor) -> tensor``.
+        win: the fetched (here: empty) rows.
+        rows: rows along the sharded dim that give ``call`` a non-empty output.
+        params: weights to link (zero gradients).
+
+    Returns:
+        The empty local output.
+    """
+    shape = list(win.shape)
+    shape[g.dim] = rows
+    with torch.no_grad():
+        probe = call(win.new_zeros(shape))
+    return keep_connected(probe.narrow(g.dim, 0, 0), win, *params)
 
 
 def param_local(func, p, g: GridInput):

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from meshshard.tensor._ops._common import op_name, register
-from meshshard.tensor._ops._grid import (bind, fetch, grid_input, keep_connected, owned_outputs, param_local,
-                                         tuple_of, wrap_grid)
+from meshshard.tensor._ops._grid import (bind, empty_output, fetch, grid_input, owned_outputs, param_local, tuple_of,
+                                         wrap_grid)
 
 __all__ = ["conv_handler", "conv_transpose_handler"]
 
@@ -64,8 +64,8 @@ def conv_handler(func, types, args, kwargs):
     local_pads[j] = (max(0, -a0), max(0, b0 - g.n)) if counts[g.coord] else (0, 0)
     if counts[g.coord] == 0:
         local_pads[j] = (0, 0)
-        probe = func(F.pad(_rows(win, g.dim, ext + 1), _flat_pad(local_pads)), w, b, s, 0, dil, a["groups"])
-        out = keep_connected(probe.narrow(g.dim, 0, 0).detach(), win, w, b)
+        out = empty_output(g, lambda t: func(F.pad(t, _flat_pad(local_pads)), w, b, s, 0, dil, a["groups"]),
+                           win, ext + 1, w, b)
     else:
         out = func(F.pad(win, _flat_pad(local_pads)), w, b, s, 0, dil, a["groups"])
     return wrap_grid(g, out, counts)
@@ -114,20 +114,14 @@ def conv_transpose_handler(func, types, args, kwargs):
         full = F.pad(full, [0, 0] * (nd - 1 - j) + [max(0, -first), max(0, first + c - length)])
         out = full.narrow(g.dim, max(0, first), c)
     else:  # outputs no input row reaches (stride > kernel extent), or none at all
-        probe = func(_rows(win, g.dim, 1), w, None, s, pj, opj, a["groups"], dil)
-        shape = list(probe.shape)
-        shape[g.dim] = c
-        out = keep_connected(probe.new_zeros(shape), win, w)
+        out = empty_output(g, lambda t: func(t, w, None, s, pj, opj, a["groups"], dil), win, 1, w)
+        if c:
+            shape = list(out.shape)
+            shape[g.dim] = c
+            out = out.new_zeros(shape) + out.sum()  # keeps the link to win and w
     if b is not None:
         out = out + b.reshape([-1] + [1] * nd)
     return wrap_grid(g, out, counts)
-
-
-def _rows(t, dim, n):
-    """``n`` zero rows shaped like ``t``'s, to learn the local output shape when a rank reads no row."""
-    shape = list(t.shape)
-    shape[dim] = n
-    return t.new_zeros(shape)
 
 
 register(conv_handler, tuple(_CONV))

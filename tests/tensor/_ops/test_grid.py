@@ -46,6 +46,29 @@ CONV_CASES = {
 }
 
 
+def _plain(op):
+    return (lambda gen, dtype: []), op
+
+
+POOL_CASES = {
+    "max_pool1d k3 s2 p1": (1, _plain(lambda x: F.max_pool1d(x, 3, 2, 1))),
+    "max_pool1d k2 d3 ceil": (1, _plain(lambda x: F.max_pool1d(x, 2, 2, 0, dilation=3, ceil_mode=True))),
+    "max_pool2d k3 s2 p1 ceil": (2, _plain(lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True))),
+    "max_pool3d k2": (3, _plain(lambda x: F.max_pool3d(x, 2))),
+    "avg_pool1d k3 s2 p1": (1, _plain(lambda x: F.avg_pool1d(x, 3, 2, 1))),
+    "avg_pool1d k4 s3 p2 ceil no-pad-count": (1, _plain(lambda x: F.avg_pool1d(x, 4, 3, 2, True, False))),
+    "avg_pool2d k3 s2 p1 ceil": (2, _plain(lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True))),
+    "avg_pool2d k(3,2) p(1,1) divisor": (2, _plain(lambda x: F.avg_pool2d(x, (3, 2), 1, (1, 1), divisor_override=5))),
+    "avg_pool3d k3 s2 p1 no-pad-count": (3, _plain(lambda x: F.avg_pool3d(x, 3, 2, 1, count_include_pad=False))),
+    "adaptive_avg_pool1d 4": (1, _plain(lambda x: F.adaptive_avg_pool1d(x, 4))),
+    "adaptive_avg_pool2d (7,3)": (2, _plain(lambda x: F.adaptive_avg_pool2d(x, (7, 3)))),
+    "adaptive_max_pool2d (3,None)": (2, _plain(lambda x: F.adaptive_max_pool2d(x, (3, None)))),
+    "adaptive_avg_pool3d 13": (3, _plain(lambda x: F.adaptive_avg_pool3d(x, (13, 2, 2)))),
+    "nn.MaxPool2d": (2, _plain(torch.nn.MaxPool2d(2, ceil_mode=True))),
+}
+CASES = {**CONV_CASES, **POOL_CASES}
+
+
 def _input(nd, n, dtype, gen):
     """[B=2, C=3, n, ...] with the other spatial dims small."""
     return torch.randn((2, 3, n) + (5, 4)[: nd - 1], generator=gen, dtype=dtype)
@@ -84,7 +107,7 @@ def _check_case(name, nd, make, op, sizes, dtype, rank):
 def _all_cases(rank, world):
     done = 0
     for sizes in SIZES[world]:
-        for name, (nd, (make, op)) in CONV_CASES.items():
+        for name, (nd, (make, op)) in CASES.items():
             for dtype in (torch.float64, torch.float32):
                 _check_case(name, nd, make, op, sizes, dtype, rank)
                 done += 1
@@ -95,4 +118,4 @@ def _all_cases(rank, world):
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_grid_ops_match_one_process(world):
     counts = run_distributed(_all_cases, world, timeout=TIMEOUT - 20)
-    assert counts[0] == len(SIZES[world]) * len(CONV_CASES) * 2
+    assert counts[0] == len(SIZES[world]) * len(CASES) * 2
