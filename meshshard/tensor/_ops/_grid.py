@@ -52,7 +52,8 @@ class GridInput:
     Args:
         func: the torch function (for messages).
         x: the input ShardTensor.
-        nd: number of spatial dims the op works on (the last ``nd`` dims).
+        nd: number of spatial dims the op works on (the last ``nd`` dims); ``x.dim()`` for an op
+            that treats every dim alike (``pad``).
 
     Attributes: ``x``, ``ref``, ``nd``, ``sd`` (``(mesh_dim, tensor_dim)`` or ``None``),
     ``j`` (index of the sharded dim among the spatial dims, ``None`` when a batch dim or nothing
@@ -66,7 +67,7 @@ class GridInput:
         self.func, self.x, self.nd = func, x, nd
         self.ref = reference(func, [x])
         self.sd = shard_dim_of(x.placements)
-        if x.dim() not in (nd + 1, nd + 2):
+        if x.dim() not in (nd, nd + 1, nd + 2):
             raise ValueError(f"ShardTensor: {op_name(func)} expects a {nd + 1}-d or {nd + 2}-d input, got shape "
                              f"{tuple(x.shape)}")
         first_spatial = x.dim() - nd

@@ -46,6 +46,12 @@ CONV_CASES = {
 }
 
 
+def _reflect_conv(x):
+    torch.manual_seed(3)
+    conv = torch.nn.Conv2d(3, 2, 3, padding=2, padding_mode="reflect").to(x.dtype)
+    return conv(x)
+
+
 def _plain(op):
     return (lambda gen, dtype: []), op
 
@@ -66,7 +72,16 @@ POOL_CASES = {
     "adaptive_avg_pool3d 13": (3, _plain(lambda x: F.adaptive_avg_pool3d(x, (13, 2, 2)))),
     "nn.MaxPool2d": (2, _plain(torch.nn.MaxPool2d(2, ceil_mode=True))),
 }
-CASES = {**CONV_CASES, **POOL_CASES}
+PAD_CASES = {
+    "pad constant (3,2) value": (2, _plain(lambda x: F.pad(x, (1, 1, 3, 2), value=0.5))),
+    "pad constant crop (-2,1)": (1, _plain(lambda x: F.pad(x, (-2, 1)))),
+    "pad reflect (4,3)": (2, _plain(lambda x: F.pad(x, (1, 2, 4, 3), mode="reflect"))),
+    "pad replicate (5,1)": (3, _plain(lambda x: F.pad(x, (1, 0, 1, 1, 5, 1), mode="replicate"))),
+    "pad circular (6,11)": (1, _plain(lambda x: F.pad(x, (6, 11), mode="circular"))),
+    "pad circular 2d (2,3)": (2, _plain(lambda x: F.pad(x, (1, 1, 2, 3), mode="circular"))),
+    "nn.Conv2d padding_mode reflect": (2, ((lambda gen, dtype: []), _reflect_conv)),
+}
+CASES = {**CONV_CASES, **POOL_CASES, **PAD_CASES}
 
 
 def _input(nd, n, dtype, gen):
