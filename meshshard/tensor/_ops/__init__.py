@@ -4,6 +4,7 @@ Every handler has PhysicsNeMo's signature ``handler(func, types, args, kwargs)``
 ShardTensors to local tensors (differentiably), runs ``func`` locally, adds the collective the op
 needs and rewraps. User handlers (``ShardTensor.register_function_handler``) are looked up first.
 """
-from meshshard.tensor._ops import cat, conv, matmul, pad, permute, pointwise, pool, reduction, rowwise  # noqa: F401
+from meshshard.tensor._ops import (cat, conv, interpolate, matmul, pad, permute, pointwise, pool,  # noqa: F401
+                                   reduction, rowwise)
 
 __all__: list = []

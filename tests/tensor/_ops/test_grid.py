@@ -81,7 +81,21 @@ PAD_CASES = {
     "pad circular 2d (2,3)": (2, _plain(lambda x: F.pad(x, (1, 1, 2, 3), mode="circular"))),
     "nn.Conv2d padding_mode reflect": (2, ((lambda gen, dtype: []), _reflect_conv)),
 }
-CASES = {**CONV_CASES, **POOL_CASES, **PAD_CASES}
+INTERP_CASES = {
+    "nearest size 17": (1, _plain(lambda x: F.interpolate(x, size=17))),
+    "nearest scale 2": (2, _plain(lambda x: F.interpolate(x, scale_factor=2))),
+    "nearest scale 0.6": (1, _plain(lambda x: F.interpolate(x, scale_factor=0.6))),
+    "nearest-exact scale 1.7": (2, _plain(lambda x: F.interpolate(x, scale_factor=(1.7, 1.3), mode="nearest-exact"))),
+    "linear size 23": (1, _plain(lambda x: F.interpolate(x, size=23, mode="linear"))),
+    "linear ac size 23": (1, _plain(lambda x: F.interpolate(x, size=23, mode="linear", align_corners=True))),
+    "linear scale 0.7 recompute": (1, _plain(lambda x: F.interpolate(x, scale_factor=0.7, mode="linear",
+                                                                     recompute_scale_factor=True))),
+    "bilinear scale 2.5": (2, _plain(lambda x: F.interpolate(x, scale_factor=2.5, mode="bilinear"))),
+    "bilinear ac size (5,7)": (2, _plain(lambda x: F.interpolate(x, size=(5, 7), mode="bilinear", align_corners=True))),
+    "trilinear scale (1.5,2,0.5)": (3, _plain(lambda x: F.interpolate(x, scale_factor=(1.5, 2, 0.5), mode="trilinear"))),
+    "area size 4": (2, _plain(lambda x: F.interpolate(x, size=(4, 3), mode="area"))),
+}
+CASES = {**CONV_CASES, **POOL_CASES, **PAD_CASES, **INTERP_CASES}
 
 
 def _input(nd, n, dtype, gen):
