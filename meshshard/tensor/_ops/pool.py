@@ -2,13 +2,14 @@
 padding, dilation, ceil_mode), ``avg_pool{1,2,3}d`` (also count_include_pad and
 divisor_override), ``adaptive_avg_pool{1,2,3}d`` and ``adaptive_max_pool{1,2,3}d``. A rank owns
 the output rows whose window starts in its rows and fetches the rows those windows read.
-``return_indices=True`` is refused (the indices would be local)."""
+With ``return_indices=True`` torch calls ``max_pool*_with_indices``, which ShardTensor does not
+support (the indices would be local): it raises NotImplementedError naming it."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from meshshard.tensor._ops._common import WAY_OUT, op_name, register
+from meshshard.tensor._ops._common import op_name, register
 from meshshard.tensor._ops._grid import bind, empty_output, fetch, grid_input, owned_outputs, tuple_of, wrap_grid
 
 __all__ = ["max_pool_handler", "avg_pool_handler", "adaptive_pool_handler"]
@@ -26,12 +27,6 @@ def _n_out(n, k, s, p, dil, ceil_mode):
     if ceil_mode and (out - 1) * s >= n + p:
         out -= 1  # the last window must start inside the input or the left padding
     return out
-
-
-def _refuse_indices(func, a):
-    if a.get("return_indices"):
-        raise NotImplementedError(f"ShardTensor: {op_name(func)} with return_indices=True (the indices would "
-                                  f"be local to each rank); {WAY_OUT}")
 
 
 def _windowed(func, g, k, s, p, dil, ceil_mode, pad_value, call):
@@ -62,7 +57,6 @@ def max_pool_handler(func, types, args, kwargs):
     nd = _MAX[func]
     a = bind(("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
              dict(stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False), args, kwargs)
-    _refuse_indices(func, a)
     g = grid_input(func, a["input"], nd)
     k = tuple_of(a["kernel_size"], nd, "kernel_size")
     s = k if a["stride"] is None or (not isinstance(a["stride"], int) and len(a["stride"]) == 0) \
@@ -116,7 +110,6 @@ def adaptive_pool_handler(func, types, args, kwargs):
     """``F.adaptive_{avg,max}_pool{1,2,3}d`` with the input sharded along a spatial (or the batch) dim."""
     nd = _ADAPTIVE[func]
     a = bind(("input", "output_size", "return_indices"), dict(return_indices=False), args, kwargs)
-    _refuse_indices(func, a)
     g = grid_input(func, a["input"], nd)
     size = a["output_size"]
     size = [size] * nd if isinstance(size, int) or size is None else list(size)
