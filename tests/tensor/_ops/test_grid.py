@@ -103,9 +103,13 @@ def _input(nd, n, dtype, gen):
     return torch.randn((2, 3, n) + (5, 4)[: nd - 1], generator=gen, dtype=dtype)
 
 
-def _check_case(name, nd, make, op, sizes, dtype, rank):
+def _check_case(name, nd, make, op, sizes, dtype, rank, mesh=None, placements=None):
+    """``rank``: this rank's coordinate along the sharding mesh dim (the last mesh dim)."""
     from meshshard.distributed import Shard, all_reduce, default_device_mesh
     from meshshard.tensor import ShardTensor
+
+    mesh = default_device_mesh() if mesh is None else mesh
+    placements = (Shard(2),) if placements is None else placements
 
     gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
     x = _input(nd, sum(sizes), dtype, gen)
@@ -113,7 +117,7 @@ def _check_case(name, nd, make, op, sizes, dtype, rank):
     off = sum(sizes[:rank])
     x_local = x.narrow(2, off, sizes[rank]).clone().requires_grad_()
     ps = [p.clone().requires_grad_() for p in params]
-    st = ShardTensor.from_local(x_local, default_device_mesh(), (Shard(2),), sharding_shapes=list(sizes))
+    st = ShardTensor.from_local(x_local, mesh, placements, sharding_shapes={mesh.ndim - 1: list(sizes)})
     out = op(st, *ps)
     full = out.full_tensor()
     xr = x.clone().requires_grad_()
@@ -129,7 +133,7 @@ def _check_case(name, nd, make, op, sizes, dtype, rank):
     assert torch.allclose(x_local.grad, want, **tol), f"{name} {sizes}: input grad differs by {(x_local.grad - want).abs().max()}"
     for i, (p, pr) in enumerate(zip(ps, prs)):
         g = p.grad.clone()
-        all_reduce(g)  # weights: per-rank partial sums, as for nn.Linear
+        all_reduce(g, group=mesh.get_group(mesh.ndim - 1))  # weights: per-rank partial sums, as for nn.Linear
         assert torch.allclose(g, pr.grad, **tol), f"{name} {sizes}: param {i} grad differs by {(g - pr.grad).abs().max()}"
 
 
@@ -159,6 +163,20 @@ def _refusals(rank, sizes):
             "channel dim")
 
 
+def _dp_by_domain(rank):
+    """A 2 x 2 (dp, domain) mesh, Replicate on dp and Shard(2) on domain: the exchange runs inside
+    each domain group."""
+    from meshshard.distributed import Replicate, Shard, init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "domain"))
+    coord = mesh.get_local_rank(1)
+    for name in ("conv2d k3 s2 p1", "conv_transpose2d k3 s2 p1 d2", "avg_pool2d k3 s2 p1 ceil", "pad circular 2d (2,3)",
+                 "bilinear scale 2.5"):
+        nd, (make, op) = CASES[name]
+        _check_case(name, nd, make, op, [2, 9], torch.float64, coord, mesh, (Replicate(), Shard(2)))
+    return 5
+
+
 def _all_cases(rank, world):
     from meshshard.distributed.autograd import set_validation
 
@@ -170,11 +188,11 @@ def _all_cases(rank, world):
             for dtype in (torch.float64, torch.float32) if i % 3 == 0 else (torch.float64,):
                 _check_case(name, nd, make, op, sizes, dtype, rank)
                 done += 1
-    return done
+    return done + (_dp_by_domain(rank) if world == 4 else 0)
 
 
 @pytest.mark.timeout(TIMEOUT)
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_grid_ops_match_one_process(world):
     counts = run_distributed(_all_cases, world, timeout=TIMEOUT - 20)
-    assert counts[0] == len(SIZES[world]) * (len(CASES) + (len(CASES) + 2) // 3)
+    assert counts[0] == len(SIZES[world]) * (len(CASES) + (len(CASES) + 2) // 3) + (5 if world == 4 else 0)
