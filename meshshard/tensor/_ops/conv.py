@@ -118,7 +118,7 @@ def conv_transpose_handler(func, types, args, kwargs):
         if c:
             shape = list(out.shape)
             shape[g.dim] = c
-            out = out.new_zeros(shape) + out.sum()  # keeps the link to win and w
+            out = out.new_zeros(shape) + out.sum()  # out is empty: adds 0, keeps the link to win and w
     if b is not None:
         out = out + b.reshape([-1] + [1] * nd)
     return wrap_grid(g, out, counts)
