@@ -177,10 +177,36 @@ def _dp_by_domain(rank):
     return 5
 
 
+def _replicated_weights(rank, sizes):
+    """Weights given as replicated ShardTensors get the full gradient (backward sums the ranks'
+    parts), the reference tests' convention; the input gradient keeps the input's spec."""
+    from meshshard.distributed import Replicate, Shard, default_device_mesh
+    from meshshard.tensor import ShardTensor
+
+    mesh = default_device_mesh()
+    gen = torch.Generator().manual_seed(5)
+    img = torch.randn(2, 3, sum(sizes), 6, generator=gen, dtype=torch.float64)
+    w0, b0 = torch.randn(4, 3, 3, 2, generator=gen, dtype=torch.float64), torch.randn(4, generator=gen, dtype=torch.float64)
+    wr, br, xr = w0.clone().requires_grad_(), b0.clone().requires_grad_(), img.clone().requires_grad_()
+    F.conv2d(xr, wr, br, 2, 1).mean().backward()
+    w = ShardTensor.from_local(w0.clone(), mesh, (Replicate(),)).requires_grad_()
+    b = ShardTensor.from_local(b0.clone(), mesh, (Replicate(),)).requires_grad_()
+    off = sum(sizes[:rank])
+    x = ShardTensor.from_local(img.narrow(2, off, sizes[rank]).clone(), mesh, (Shard(2),), sharding_shapes=list(sizes))
+    x.requires_grad_(True)
+    F.conv2d(x, w, b, 2, 1).mean().backward()
+    assert x.grad._spec == x._spec
+    assert torch.allclose(x.grad.to_local(), xr.grad.narrow(2, off, sizes[rank]), **TOL[torch.float64])
+    for got, want in ((w.grad, wr.grad), (b.grad, br.grad)):
+        assert isinstance(got, ShardTensor) and got.placements == (Replicate(),)
+        assert torch.allclose(got.to_local(), want, **TOL[torch.float64]), (got.to_local() - want).abs().max()
+
+
 def _all_cases(rank, world):
     from meshshard.distributed.autograd import set_validation
 
     _refusals(rank, SIZES[world][0])
+    _replicated_weights(rank, SIZES[world][-1])
     set_validation(False)  # the inputs match by construction; the check's all-gathers would double the time
     done = 0
     for sizes in SIZES[world]:
