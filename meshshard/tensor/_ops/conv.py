@@ -60,14 +60,14 @@ def conv_handler(func, types, args, kwargs):
                for lo, c in zip(starts, counts)]
     win = fetch(g, windows)
     (a0, b0), = windows[g.coord]
+    c = counts[g.coord]
     local_pads = list(pads)
-    local_pads[j] = (max(0, -a0), max(0, b0 - g.n)) if counts[g.coord] else (0, 0)
-    if counts[g.coord] == 0:
-        local_pads[j] = (0, 0)
-        out = empty_output(g, lambda t: func(F.pad(t, _flat_pad(local_pads)), w, b, s, 0, dil, a["groups"]),
-                           win, ext + 1, w, b)
-    else:
-        out = func(F.pad(win, _flat_pad(local_pads)), w, b, s, 0, dil, a["groups"])
+    local_pads[j] = (max(0, -a0), max(0, b0 - g.n)) if c else (0, 0)  # zeros beyond the global edges
+
+    def call(t):
+        return func(F.pad(t, _flat_pad(local_pads)), w, b, s, 0, dil, a["groups"])
+
+    out = call(win) if c else empty_output(g, call, win, ext + 1, w, b)
     return wrap_grid(g, out, counts)
 
 
