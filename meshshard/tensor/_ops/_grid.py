@@ -22,8 +22,7 @@ from meshshard.tensor.spec import shard_dim_of
 from meshshard.tensor._ops._common import WAY_OUT, is_replicated, local_of, op_name, reference
 
 __all__ = ["GridInput", "grid_input", "bind", "tuple_of", "owned_outputs", "fetch", "keep_connected", "empty_output",
-           "param_local",
-           "wrap_grid"]
+           "param_local", "wrap_grid"]
 
 
 def bind(names: Sequence[str], defaults: dict, args, kwargs) -> dict:
