@@ -73,3 +73,14 @@ def test_bench_meshgraphnet():
     assert sorted(rows) == [1, 2, 4], out
     fraction = {p: float(rows[p].split("|")[5]) for p in rows}
     assert fraction[1] == 1.0 and all(f > 0 for f in fraction.values())  # a ratio to P=1 was measured
+
+
+@pytest.mark.timeout(200)
+def test_bench_shard_ops():
+    out = _run("bench_shard_ops.py", 190)
+    for world in (2, 4):
+        rows = _table_rows(out, str(world))
+        assert len(rows) == 1, out
+        cells = [c.strip() for c in rows[0].strip("|").split("|")]
+        assert float(cells[1]) > 0 and float(cells[2]) > 0 and float(cells[3]) > 0, rows
+        assert cells[4] == cells[5] and cells[6] == "1.00", rows  # the exchange moves exactly the halo

@@ -58,3 +58,26 @@ def test_distributed_core_under_torchrun():
                            str(EXAMPLES / "distributed_core.py")], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all checks passed on 2 ranks" in proc.stdout
+
+
+def _sharded_conv_diffs(out, world):
+    assert f"all checks passed on {world} ranks" in out, out
+    diffs = dict(re.findall(r"^(\S.*?)\s+max \|diff\| ([0-9.e+-]+)$", out, flags=re.M))
+    assert set(diffs) == {"dot product", "conv2d output", "loss", "input gradient (sharded like the input)",
+                          "weight gradient (all-reduced)", "bias gradient (all-reduced)"}, out
+    assert all(float(v) < 1e-4 for v in diffs.values()), out
+
+
+@pytest.mark.timeout(200)
+def test_sharded_conv_spawned_uneven():
+    out = _run([EXAMPLES / "sharded_conv.py", "--ranks", "3", "--size", "20"], timeout=180)
+    _sharded_conv_diffs(out, 3)
+    assert "image rows per rank [7, 7, 6], output rows per rank [7, 7, 6]" in out, out
+
+
+@pytest.mark.timeout(200)
+def test_sharded_conv_under_torchrun():
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(EXAMPLES / "sharded_conv.py"), "--size", "21"], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    _sharded_conv_diffs(proc.stdout, 2)

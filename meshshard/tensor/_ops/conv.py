@@ -1,0 +1,128 @@
+"""``F.conv1d/2d/3d`` and ``F.conv_transpose1d/2d/3d`` on a ShardTensor sharded along a spatial
+dim (so ``nn.Conv2d`` etc. work unmodified), any kernel, stride, padding and dilation, uneven and
+empty shards. A rank owns the output rows whose window starts in its rows (conv) or whose source
+row ``(o + padding) // stride`` is one of its rows (transposed conv); it fetches the input rows
+those outputs read (halo) and runs the op locally, with the zero padding of the global edges
+applied explicitly. Weights are plain (or replicated) tensors; their gradients are per-rank
+partial sums, as for ``nn.Linear``. A sharded batch dim runs locally."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from meshshard.tensor._ops._common import op_name, register
+from meshshard.tensor._ops._grid import (bind, empty_output, fetch, grid_input, owned_outputs, param_local, tuple_of,
+                                         wrap_grid)
+
+__all__ = ["conv_handler", "conv_transpose_handler"]
+
+_CONV = {F.conv1d: 1, F.conv2d: 2, F.conv3d: 3}
+_CONV_T = {F.conv_transpose1d: 1, F.conv_transpose2d: 2, F.conv_transpose3d: 3}
+
+
+def _pads(padding, k, dil, nd):
+    """(left, right) zero padding of every spatial dim, ``'same'`` / ``'valid'`` resolved as torch does."""
+    if padding == "valid":
+        return [(0, 0)] * nd
+    if padding == "same":
+        return [(dil[i] * (k[i] - 1) // 2, dil[i] * (k[i] - 1) - dil[i] * (k[i] - 1) // 2) for i in range(nd)]
+    return [(p, p) for p in tuple_of(padding, nd, "padding")]
+
+
+def _flat_pad(pads):
+    """``F.pad``'s argument (last dim first) from per-dim (left, right)."""
+    return [v for lr in reversed(pads) for v in lr]
+
+
+def conv_handler(func, types, args, kwargs):
+    """``F.conv{1,2,3}d`` with the input sharded along a spatial (or the batch) dim."""
+    nd = _CONV[func]
+    a = bind(("input", "weight", "bias", "stride", "padding", "dilation", "groups"),
+             dict(bias=None, stride=1, padding=0, dilation=1, groups=1), args, kwargs)
+    g = grid_input(func, a["input"], nd)
+    w, b = param_local(func, a["weight"], g), param_local(func, a["bias"], g)
+    k = tuple(w.shape[2:])
+    s, dil = tuple_of(a["stride"], nd, "stride"), tuple_of(a["dilation"], nd, "dilation")
+    if isinstance(a["padding"], str) and a["padding"] == "same" and any(v != 1 for v in s):
+        raise ValueError(f"{op_name(func)}: padding='same' is not supported for strided convolutions")
+    pads = _pads(a["padding"], k, dil, nd)
+    if g.j is None:  # replicated or batch-sharded: every output row depends on local rows only
+        return wrap_grid(g, func(g.local, w, b, s, a["padding"], dil, a["groups"]), None)
+    j = g.j
+    ext = dil[j] * (k[j] - 1)
+    n_out = (g.n + pads[j][0] + pads[j][1] - ext - 1) // s[j] + 1
+    if n_out < 1:
+        raise ValueError(f"{op_name(func)}: the sharded dim {g.dim} has {g.n} rows, fewer than the kernel's "
+                         f"extent {ext + 1} after padding {pads[j]}")
+    counts = owned_outputs(g, torch.arange(n_out) * s[j])  # window start in padded coordinates
+    starts = [sum(counts[:r]) for r in range(len(counts))]
+    windows = [[(lo * s[j] - pads[j][0], (lo + c - 1) * s[j] - pads[j][0] + ext + 1) if c else (0, 0)]
+               for lo, c in zip(starts, counts)]
+    win = fetch(g, windows)
+    (a0, b0), = windows[g.coord]
+    c = counts[g.coord]
+    local_pads = list(pads)
+    local_pads[j] = (max(0, -a0), max(0, b0 - g.n)) if c else (0, 0)  # zeros beyond the global edges
+
+    def call(t):
+        return func(F.pad(t, _flat_pad(local_pads)), w, b, s, 0, dil, a["groups"])
+
+    out = call(win) if c else empty_output(g, call, win, ext + 1, w, b)
+    return wrap_grid(g, out, counts)
+
+
+def conv_transpose_handler(func, types, args, kwargs):
+    """``F.conv_transpose{1,2,3}d`` with the input sharded along a spatial (or the batch) dim."""
+    nd = _CONV_T[func]
+    a = bind(("input", "weight", "bias", "stride", "padding", "output_padding", "groups", "dilation"),
+             dict(bias=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1), args, kwargs)
+    g = grid_input(func, a["input"], nd)
+    w, b = param_local(func, a["weight"], g), param_local(func, a["bias"], g)
+    k = tuple(w.shape[2:])
+    s, dil = tuple_of(a["stride"], nd, "stride"), tuple_of(a["dilation"], nd, "dilation")
+    p, op = tuple_of(a["padding"], nd, "padding"), tuple_of(a["output_padding"], nd, "output_padding")
+    if g.j is None:
+        return wrap_grid(g, func(g.local, w, b, s, p, op, a["groups"], dil), None)
+    j = g.j
+    ext = dil[j] * (k[j] - 1)
+    n_out = (g.n - 1) * s[j] - 2 * p[j] + ext + op[j] + 1
+    if n_out < 1:
+        raise ValueError(f"{op_name(func)}: empty output along the sharded dim {g.dim}")
+    # output o receives input rows i with i*s - p <= o <= i*s - p + ext; its anchor is (o + p) // s
+    counts = owned_outputs(g, (torch.arange(n_out) + p[j]) // s[j])
+    starts = [sum(counts[:r]) for r in range(len(counts))]
+
+    def window(lo, c):
+        if not c:
+            return (0, 0)
+        i0 = max(0, -((ext - lo - p[j]) // s[j]))  # ceil((lo + p - ext) / s)
+        i1 = min(g.n - 1, (lo + c - 1 + p[j]) // s[j])
+        return (i0, max(i0, i1 + 1))
+
+    windows = [[window(lo, c)] for lo, c in zip(starts, counts)]
+    win = fetch(g, windows)
+    lo, c = starts[g.coord], counts[g.coord]
+    (i0, i1), = windows[g.coord]
+    pj = list(p)
+    pj[j] = 0
+    opj = list(op)
+    opj[j] = 0
+    if i1 > i0:
+        full = func(win, w, None, s, pj, opj, a["groups"], dil)
+        first = lo + p[j] - i0 * s[j]  # local row of global output lo
+        length = full.shape[g.dim]
+        full = F.pad(full, [0, 0] * (nd - 1 - j) + [max(0, -first), max(0, first + c - length)])
+        out = full.narrow(g.dim, max(0, first), c)
+    else:  # outputs no input row reaches (stride > kernel extent), or none at all
+        out = empty_output(g, lambda t: func(t, w, None, s, pj, opj, a["groups"], dil), win, 1, w)
+        if c:
+            shape = list(out.shape)
+            shape[g.dim] = c
+            out = out.new_zeros(shape) + out.sum()  # out is empty: adds 0, keeps the link to win and w
+    if b is not None:
+        out = out + b.reshape([-1] + [1] * nd)
+    return wrap_grid(g, out, counts)
+
+
+register(conv_handler, tuple(_CONV))
+register(conv_transpose_handler, tuple(_CONV_T))

@@ -1,0 +1,122 @@
+"""``F.interpolate`` on a ShardTensor ``[N, C, *spatial]`` sharded along a spatial dim: nearest,
+nearest-exact, linear, bilinear, trilinear (align_corners both ways, ``size`` or
+``scale_factor``, ``recompute_scale_factor``) and area (adaptive average pooling). Along the
+sharded dim the source rows and weights are computed with torch's formulas in the input's
+precision; the rank owning an output's first source row owns the output and fetches the rows it
+reads. The other dims are then interpolated locally (the methods are separable). bicubic and
+antialias along the sharded dim are refused."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from meshshard.tensor._ops._common import WAY_OUT, op_name, register
+from meshshard.tensor._ops._grid import bind, empty_output, fetch, grid_input, owned_outputs, wrap_grid
+
+__all__ = ["interpolate_handler"]
+
+_LINEAR = ("linear", "bilinear", "trilinear")
+_AREA = {1: F.adaptive_avg_pool1d, 2: F.adaptive_avg_pool2d, 3: F.adaptive_avg_pool3d}
+
+
+def _per_dim(v, nd):
+    return list(v) if isinstance(v, (list, tuple)) else [v] * nd
+
+
+def _ratio(n, m, scale, dtype):
+    """Input rows per output row as torch computes it: ``1 / scale`` when the user's scale is
+    used, else ``n / m`` divided in ``dtype``."""
+    if scale:
+        return torch.tensor(1.0 / scale, dtype=dtype)
+    return torch.tensor(float(n), dtype=dtype) / torch.tensor(float(m), dtype=dtype)
+
+
+def _source_rows(n, m, mode, align_corners, scale, dtype):
+    """torch's source rows ``(i0, i1)`` and weight of ``i1`` for the ``m`` outputs of ``n`` rows
+    (``scale``: the user's scale factor when torch uses it for the mapping, else ``None``)."""
+    o = torch.arange(m, dtype=dtype)
+    if mode in ("nearest", "nearest-exact"):
+        # torch: a float32 scale; nearest multiplies in float32, nearest-exact in float64
+        ratio = _ratio(n, m, scale, torch.float32)
+        if mode == "nearest":
+            i0 = (o.float() * ratio).floor().long()
+            if m == 2 * n:
+                i0 = torch.arange(m) // 2
+        else:
+            i0 = ((o.double() + 0.5) * ratio.double()).floor().long()
+        i0 = torch.arange(m) if n == m else i0.clamp(max=n - 1)
+        return i0, i0, None
+    if n == m:
+        i0 = torch.arange(m)
+        return i0, i0, torch.zeros(m, dtype=dtype)
+    if align_corners:
+        ratio = torch.tensor((n - 1) / (m - 1) if m > 1 else 0.0, dtype=dtype)
+        src = ratio * o
+    else:
+        ratio = _ratio(n, m, scale, dtype)
+        src = (ratio * (o + 0.5) - 0.5).clamp(min=0)
+    i0 = src.floor().long().clamp(max=n - 1)
+    lam = (src - i0.to(dtype)).clamp(0, 1)
+    i1 = torch.where(i0 < n - 1, i0 + 1, i0)
+    return i0, i1, lam
+
+
+def interpolate_handler(func, types, args, kwargs):
+    """``F.interpolate`` with the input sharded along a spatial (or the batch) dim."""
+    a = bind(("input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias"),
+             dict(size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None,
+                  antialias=False), args, kwargs)
+    x = a.pop("input")
+    nd = x.dim() - 2
+    g = grid_input(func, x, nd)
+    if g.j is None:
+        return wrap_grid(g, func(g.local, **a), None)
+    j, mode = g.j, a["mode"]
+    if (a["size"] is None) == (a["scale_factor"] is None):
+        raise ValueError(f"{op_name(func)}: give exactly one of size and scale_factor")
+    if a["size"] is not None:
+        m = int(_per_dim(a["size"], nd)[j])
+        scale = None
+    else:
+        sf = float(_per_dim(a["scale_factor"], nd)[j])
+        m = math.floor(g.n * sf)
+        scale = None if a["recompute_scale_factor"] else sf
+    if mode == "area":
+        size = list(_per_dim(a["size"], nd)) if a["size"] is not None else \
+            [math.floor(x.shape[2 + i] * float(v)) for i, v in enumerate(_per_dim(a["scale_factor"], nd))]
+        return _AREA[nd](x, size)
+    if mode not in ("nearest", "nearest-exact") + _LINEAR or a["antialias"]:
+        raise NotImplementedError(f"ShardTensor: {op_name(func)} mode={mode!r}"
+                                  f"{' with antialias' if a['antialias'] else ''} along the sharded dim {g.dim}; {WAY_OUT}")
+    if m < 1:
+        raise ValueError(f"{op_name(func)}: output size {m} along the sharded dim {g.dim}")
+    i0, i1, lam = _source_rows(g.n, m, mode, bool(a["align_corners"]), scale, x.dtype)
+    counts = owned_outputs(g, i0)
+    starts = [sum(counts[:r]) for r in range(len(counts))]
+    windows = [[(int(i0[lo]), int(i1[lo:lo + c].max()) + 1) if c else (0, 0)] for lo, c in zip(starts, counts)]
+    win = fetch(g, windows)
+    lo, c = starts[g.coord], counts[g.coord]
+    rest = dict(a)
+    if a["size"] is not None:
+        rest["size"] = [c if i == j else v for i, v in enumerate(_per_dim(a["size"], nd))]
+    else:
+        rest["scale_factor"] = [1.0 if i == j else float(v) for i, v in enumerate(_per_dim(a["scale_factor"], nd))]
+
+    def others(t):  # the remaining dims (identity along the sharded one)
+        return t if nd == 1 else func(t, **rest)
+
+    if not c:
+        if nd > 1 and rest["size"] is not None:
+            rest["size"] = [1 if i == j else v for i, v in enumerate(rest["size"])]
+        return wrap_grid(g, empty_output(g, others, win, 1), counts)
+    base = windows[g.coord][0][0]
+    out = win.index_select(g.dim, i0[lo:lo + c] - base)
+    if lam is not None:
+        w = lam[lo:lo + c].reshape([-1] + [1] * (nd - 1 - j))
+        out = out * (1 - w) + win.index_select(g.dim, i1[lo:lo + c] - base) * w
+    return wrap_grid(g, others(out), counts)
+
+
+register(interpolate_handler, (F.interpolate,))

@@ -1,0 +1,224 @@
+"""Grid op families on a ShardTensor sharded along a spatial dim (conv, conv_transpose, pooling,
+pad, interpolate) at 1-4 gloo ranks with uneven, thin and zero-row shards: values and the
+gradients of the input and of the weights against one process (float64 1e-10, float32 1e-5).
+All cases run inside one spawned group per world size (a group costs seconds to start)."""
+import zlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from meshshard.testing import run_distributed
+
+TIMEOUT = 240
+# rows of the sharded dim per rank: uneven, with zero-row and 1-row (thinner than the halo) shards
+SIZES = {1: [[11]], 2: [[0, 11], [4, 7]], 3: [[5, 1, 5]], 4: [[1, 3, 0, 7]]}
+TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-5, atol=1e-5)}
+
+
+def _conv(nd, transpose=False, k=3, **opts):
+    def make(gen, dtype, c_in=3):
+        groups = opts.get("groups", 1)
+        if transpose:
+            w = torch.randn((c_in, 6 // groups) + (k,) * nd, generator=gen, dtype=dtype)
+        else:
+            w = torch.randn((6, c_in // groups) + (k,) * nd, generator=gen, dtype=dtype)
+        b = torch.randn(6, generator=gen, dtype=dtype)
+        return [w, b]
+    func = {(1, False): F.conv1d, (2, False): F.conv2d, (3, False): F.conv3d,
+            (1, True): F.conv_transpose1d, (2, True): F.conv_transpose2d, (3, True): F.conv_transpose3d}[nd, transpose]
+    return make, (lambda x, w, b: func(x, w, b, **opts))
+
+
+CONV_CASES = {
+    "conv1d k3 p1": (1, _conv(1, padding=1)),
+    "conv1d k3 s2 p0": (1, _conv(1, stride=2)),
+    "conv1d k5 s3 p2 d2": (1, _conv(1, k=5, stride=3, padding=2, dilation=2)),
+    "conv1d same d2": (1, _conv(1, k=4, padding="same", dilation=2)),
+    "conv2d k3 p1": (2, _conv(2, padding=1)),
+    "conv2d k3 s2 p1": (2, _conv(2, stride=2, padding=1)),
+    "conv2d groups3 s(2,1) d(2,1)": (2, _conv(2, stride=(2, 1), padding=(2, 1), dilation=(2, 1), groups=3)),
+    "conv3d k3 s2 p1": (3, _conv(3, stride=2, padding=1)),
+    "conv_transpose1d k3 s2 p1 op1": (1, _conv(1, transpose=True, stride=2, padding=1, output_padding=1)),
+    "conv_transpose1d k2 s3": (1, _conv(1, transpose=True, k=2, stride=3)),
+    "conv_transpose2d k3 s2 p1 d2": (2, _conv(2, transpose=True, stride=2, padding=1, dilation=2)),
+    "conv_transpose3d k3 s1 p1": (3, _conv(3, transpose=True, padding=1)),
+}
+
+
+def _reflect_conv(x):
+    torch.manual_seed(3)
+    conv = torch.nn.Conv2d(3, 2, 3, padding=2, padding_mode="reflect").to(x.dtype)
+    return conv(x)
+
+
+def _plain(op):
+    return (lambda gen, dtype: []), op
+
+
+POOL_CASES = {
+    "max_pool1d k3 s2 p1": (1, _plain(lambda x: F.max_pool1d(x, 3, 2, 1))),
+    "max_pool1d k2 d3 ceil": (1, _plain(lambda x: F.max_pool1d(x, 2, 2, 0, dilation=3, ceil_mode=True))),
+    "max_pool2d k3 s2 p1 ceil": (2, _plain(lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True))),
+    "max_pool3d k2": (3, _plain(lambda x: F.max_pool3d(x, 2))),
+    "avg_pool1d k3 s2 p1": (1, _plain(lambda x: F.avg_pool1d(x, 3, 2, 1))),
+    "avg_pool1d k4 s3 p2 ceil no-pad-count": (1, _plain(lambda x: F.avg_pool1d(x, 4, 3, 2, True, False))),
+    "avg_pool2d k3 s2 p1 ceil": (2, _plain(lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True))),
+    "avg_pool2d k(3,2) p(1,1) divisor": (2, _plain(lambda x: F.avg_pool2d(x, (3, 2), 1, (1, 1), divisor_override=5))),
+    "avg_pool3d k3 s2 p1 no-pad-count": (3, _plain(lambda x: F.avg_pool3d(x, 3, 2, 1, count_include_pad=False))),
+    "adaptive_avg_pool1d 4": (1, _plain(lambda x: F.adaptive_avg_pool1d(x, 4))),
+    "adaptive_avg_pool2d (7,3)": (2, _plain(lambda x: F.adaptive_avg_pool2d(x, (7, 3)))),
+    "adaptive_max_pool2d (3,None)": (2, _plain(lambda x: F.adaptive_max_pool2d(x, (3, None)))),
+    "adaptive_avg_pool3d 13": (3, _plain(lambda x: F.adaptive_avg_pool3d(x, (13, 2, 2)))),
+    "nn.MaxPool2d": (2, _plain(torch.nn.MaxPool2d(2, ceil_mode=True))),
+}
+PAD_CASES = {
+    "pad constant (3,2) value": (2, _plain(lambda x: F.pad(x, (1, 1, 3, 2), value=0.5))),
+    "pad constant crop (-2,1)": (1, _plain(lambda x: F.pad(x, (-2, 1)))),
+    "pad reflect (4,3)": (2, _plain(lambda x: F.pad(x, (1, 2, 4, 3), mode="reflect"))),
+    "pad replicate (5,1)": (3, _plain(lambda x: F.pad(x, (1, 0, 1, 1, 5, 1), mode="replicate"))),
+    "pad circular (6,11)": (1, _plain(lambda x: F.pad(x, (6, 11), mode="circular"))),
+    "pad circular 2d (2,3)": (2, _plain(lambda x: F.pad(x, (1, 1, 2, 3), mode="circular"))),
+    "nn.Conv2d padding_mode reflect": (2, ((lambda gen, dtype: []), _reflect_conv)),
+}
+INTERP_CASES = {
+    "nearest size 17": (1, _plain(lambda x: F.interpolate(x, size=17))),
+    "nearest scale 2": (2, _plain(lambda x: F.interpolate(x, scale_factor=2))),
+    "nearest scale 0.6": (1, _plain(lambda x: F.interpolate(x, scale_factor=0.6))),
+    "nearest-exact scale 1.7": (2, _plain(lambda x: F.interpolate(x, scale_factor=(1.7, 1.3), mode="nearest-exact"))),
+    "linear size 23": (1, _plain(lambda x: F.interpolate(x, size=23, mode="linear"))),
+    "linear ac size 23": (1, _plain(lambda x: F.interpolate(x, size=23, mode="linear", align_corners=True))),
+    "linear scale 0.7 recompute": (1, _plain(lambda x: F.interpolate(x, scale_factor=0.7, mode="linear",
+                                                                     recompute_scale_factor=True))),
+    "bilinear scale 2.5": (2, _plain(lambda x: F.interpolate(x, scale_factor=2.5, mode="bilinear"))),
+    "bilinear ac size (5,7)": (2, _plain(lambda x: F.interpolate(x, size=(5, 7), mode="bilinear", align_corners=True))),
+    "trilinear scale (1.5,2,0.5)": (3, _plain(lambda x: F.interpolate(x, scale_factor=(1.5, 2, 0.5), mode="trilinear"))),
+    "area size 4": (2, _plain(lambda x: F.interpolate(x, size=(4, 3), mode="area"))),
+}
+CASES = {**CONV_CASES, **POOL_CASES, **PAD_CASES, **INTERP_CASES}
+
+
+def _input(nd, n, dtype, gen):
+    """[B=2, C=3, n, ...] with the other spatial dims small."""
+    return torch.randn((2, 3, n) + (5, 4)[: nd - 1], generator=gen, dtype=dtype)
+
+
+def _check_case(name, nd, make, op, sizes, dtype, rank, mesh=None, placements=None):
+    """``rank``: this rank's coordinate along the sharding mesh dim (the last mesh dim)."""
+    from meshshard.distributed import Shard, all_reduce, default_device_mesh
+    from meshshard.tensor import ShardTensor
+
+    mesh = default_device_mesh() if mesh is None else mesh
+    placements = (Shard(2),) if placements is None else placements
+
+    gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+    x = _input(nd, sum(sizes), dtype, gen)
+    params = make(gen, dtype)
+    off = sum(sizes[:rank])
+    x_local = x.narrow(2, off, sizes[rank]).clone().requires_grad_()
+    ps = [p.clone().requires_grad_() for p in params]
+    st = ShardTensor.from_local(x_local, mesh, placements, sharding_shapes={mesh.ndim - 1: list(sizes)})
+    out = op(st, *ps)
+    full = out.full_tensor()
+    xr = x.clone().requires_grad_()
+    prs = [p.clone().requires_grad_() for p in params]
+    ref = op(xr, *prs)
+    tol = TOL[dtype]
+    assert full.shape == ref.shape, f"{name} {sizes}: shape {tuple(full.shape)} vs {tuple(ref.shape)}"
+    assert torch.allclose(full, ref, **tol), f"{name} {sizes}: values differ by {(full - ref).abs().max()}"
+    proj = torch.randn(ref.shape, generator=gen, dtype=dtype)
+    (full * proj).sum().backward()
+    (ref * proj).sum().backward()
+    want = xr.grad.narrow(2, off, sizes[rank])
+    assert torch.allclose(x_local.grad, want, **tol), f"{name} {sizes}: input grad differs by {(x_local.grad - want).abs().max()}"
+    for i, (p, pr) in enumerate(zip(ps, prs)):
+        g = p.grad.clone()
+        all_reduce(g, group=mesh.get_group(mesh.ndim - 1))  # weights: per-rank partial sums, as for nn.Linear
+        assert torch.allclose(g, pr.grad, **tol), f"{name} {sizes}: param {i} grad differs by {(g - pr.grad).abs().max()}"
+
+
+def _expect(exc, fn, *words):
+    try:
+        fn()
+    except exc as e:
+        assert all(w in str(e) for w in words), f"message {str(e)!r} lacks one of {words}"
+        return
+    raise AssertionError(f"expected {exc.__name__}")
+
+
+def _refusals(rank, sizes):
+    """Ops a sharded grid cannot run exactly raise clearly, on every rank, before any exchange."""
+    from meshshard.distributed import Shard, default_device_mesh
+    from meshshard.tensor import ShardTensor
+
+    x = torch.randn(2, 3, sizes[rank], 4, dtype=torch.float64)
+    st = ShardTensor.from_local(x, default_device_mesh(), (Shard(2),), sharding_shapes=list(sizes))
+    _expect(NotImplementedError, lambda: F.max_pool2d(st, 2, return_indices=True), "max_pool2d_with_indices")
+    _expect(NotImplementedError, lambda: F.interpolate(st, scale_factor=2, mode="bicubic"), "bicubic")
+    _expect(ValueError, lambda: F.pad(st, (0, 0, 11, 0), mode="reflect"), "reflect padding", "11")
+    _expect(ValueError, lambda: F.conv2d(st, torch.randn(1, 3, 12, 1, dtype=torch.float64)), "extent 12")
+    by_channel = ShardTensor.from_local(torch.randn(2, sizes[rank], 5, dtype=torch.float64), default_device_mesh(),
+                                        (Shard(1),), sharding_shapes=list(sizes))
+    _expect(NotImplementedError, lambda: F.conv1d(by_channel, torch.randn(1, 11, 3, dtype=torch.float64)),
+            "channel dim")
+
+
+def _dp_by_domain(rank):
+    """A 2 x 2 (dp, domain) mesh, Replicate on dp and Shard(2) on domain: the exchange runs inside
+    each domain group."""
+    from meshshard.distributed import Replicate, Shard, init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "domain"))
+    coord = mesh.get_local_rank(1)
+    for name in ("conv2d k3 s2 p1", "conv_transpose2d k3 s2 p1 d2", "avg_pool2d k3 s2 p1 ceil", "pad circular 2d (2,3)",
+                 "bilinear scale 2.5"):
+        nd, (make, op) = CASES[name]
+        _check_case(name, nd, make, op, [2, 9], torch.float64, coord, mesh, (Replicate(), Shard(2)))
+    return 5
+
+
+def _replicated_weights(rank, sizes):
+    """Weights given as replicated ShardTensors get the full gradient (backward sums the ranks'
+    parts), the reference tests' convention; the input gradient keeps the input's spec."""
+    from meshshard.distributed import Replicate, Shard, default_device_mesh
+    from meshshard.tensor import ShardTensor
+
+    mesh = default_device_mesh()
+    gen = torch.Generator().manual_seed(5)
+    img = torch.randn(2, 3, sum(sizes), 6, generator=gen, dtype=torch.float64)
+    w0, b0 = torch.randn(4, 3, 3, 2, generator=gen, dtype=torch.float64), torch.randn(4, generator=gen, dtype=torch.float64)
+    wr, br, xr = w0.clone().requires_grad_(), b0.clone().requires_grad_(), img.clone().requires_grad_()
+    F.conv2d(xr, wr, br, 2, 1).mean().backward()
+    w = ShardTensor.from_local(w0.clone(), mesh, (Replicate(),)).requires_grad_()
+    b = ShardTensor.from_local(b0.clone(), mesh, (Replicate(),)).requires_grad_()
+    off = sum(sizes[:rank])
+    x = ShardTensor.from_local(img.narrow(2, off, sizes[rank]).clone(), mesh, (Shard(2),), sharding_shapes=list(sizes))
+    x.requires_grad_(True)
+    F.conv2d(x, w, b, 2, 1).mean().backward()
+    assert x.grad._spec == x._spec
+    assert torch.allclose(x.grad.to_local(), xr.grad.narrow(2, off, sizes[rank]), **TOL[torch.float64])
+    for got, want in ((w.grad, wr.grad), (b.grad, br.grad)):
+        assert isinstance(got, ShardTensor) and got.placements == (Replicate(),)
+        assert torch.allclose(got.to_local(), want, **TOL[torch.float64]), (got.to_local() - want).abs().max()
+
+
+def _all_cases(rank, world):
+    from meshshard.distributed.autograd import set_validation
+
+    _refusals(rank, SIZES[world][0])
+    _replicated_weights(rank, SIZES[world][-1])
+    set_validation(False)  # the inputs match by construction; the check's all-gathers would double the time
+    done = 0
+    for sizes in SIZES[world]:
+        for i, (name, (nd, (make, op))) in enumerate(CASES.items()):
+            for dtype in (torch.float64, torch.float32) if i % 3 == 0 else (torch.float64,):
+                _check_case(name, nd, make, op, sizes, dtype, rank)
+                done += 1
+    return done + (_dp_by_domain(rank) if world == 4 else 0)
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_grid_ops_match_one_process(world):
+    counts = run_distributed(_all_cases, world, timeout=TIMEOUT - 20)
+    assert counts[0] == len(SIZES[world]) * (len(CASES) + (len(CASES) + 2) // 3) + (5 if world == 4 else 0)
