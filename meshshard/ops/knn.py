@@ -23,6 +23,11 @@ A true neighbour ``p`` of ``q`` on rank ``j`` has ``d(p, q) <= R_q`` (else the `
 beat it), so ``q`` is sent to ``j``, and ``p`` is among ``j``'s ``k`` best for ``q``: nothing is
 missed. Communication: one tiny all-gather (sizes, validation), one of the boxes, and three
 ``all_to_all_single`` calls (counts, queries, answers).
+
+Points may also come as a ShardTensor (``Shard(0)``): its local shard are the owned points and its
+mesh gives the group. :func:`knn_search` / :func:`radius_search` run the same exchange between two
+different sharded sets (queries travel to the points' boxes) and return per-query rows laid out
+like the queries. They are plain functions, not ShardTensor handlers: torch has no kNN op to hook.
 """
 from __future__ import annotations
 
@@ -128,11 +133,11 @@ def _check_k(k, n: int, loop: bool) -> None:
         raise ValueError(f"k must be in [1, {kmax}] for {n} points with loop={loop}, got {k}")
 
 
-def _check_radius(r, max_num) -> None:
+def _check_radius(r, max_num, max_name: str = "max_num_neighbors") -> None:
     if isinstance(r, bool) or not isinstance(r, numbers.Real) or not np.isfinite(float(r)) or float(r) < 0:
         raise ValueError(f"r must be a finite number >= 0, got {r!r}")
     if max_num is not None and (isinstance(max_num, bool) or not isinstance(max_num, numbers.Integral) or max_num < 1):
-        raise ValueError(f"max_num_neighbors must be None or an int >= 1, got {max_num!r}")
+        raise ValueError(f"{max_name} must be None or an int >= 1, got {max_num!r}")
 
 
 def _raise_everywhere(err: Optional[BaseException], what: str, group) -> None:
@@ -744,7 +749,7 @@ def radius_search(
     p_loc, q_loc, f_loc, group, layout = _unwrap_sets(points, queries, features, group, what)
     err = None
     try:
-        _check_radius(radius, max_points)
+        _check_radius(radius, max_points, "max_points")
         be = _backend(p_loc if isinstance(p_loc, torch.Tensor) else torch.empty(0), backend)
     except (TypeError, ValueError) as exc:
         err = exc

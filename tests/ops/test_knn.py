@@ -294,6 +294,7 @@ def _check_shard_tensor(rank, world, car):
         (lambda: sharded_knn(pos.detach(), 4, group=other_mesh.get_group(0)), ValueError, "pass group= only"),
         (lambda: knn_search(leaf.detach(), qst.to_local(), 4, features=short), ValueError, "one row per point"),
         (lambda: radius_search(pos.detach(), qst, -0.5), ValueError, "r must be"),
+        (lambda: radius_search(pos.detach(), qst, 0.1, max_points=0), ValueError, "max_points must be"),
     ]
     for fn, exc, text in bad_cases:
         with pytest.raises(exc, match=text):
