@@ -685,7 +685,7 @@ def knn_search(
     Example::
 
         idx, nbr = knn_search(pos, probes, 8, return_points=True)   # ShardTensors like probes
-        w = 1 / (nbr - probes.to_local()[:, None]).norm(dim=-1)      # on local shards
+        w = 1 / (nbr.to_local() - probes.to_local()[:, None]).norm(dim=-1)  # on local shards
     """
     what = "knn_search"
     p_loc, q_loc, f_loc, group, layout = _unwrap_sets(points, queries, features, group, what)
