@@ -202,11 +202,13 @@ def _unwrap(points, group, what: str):
         raise ValueError(f"{what}: a ShardTensor brings its process group (its device mesh); pass group= only "
                          f"with plain tensors")
     sd = shard_dim_of(points.placements)
-    others_replicate = all(isinstance(p, msd.Replicate) for i, p in enumerate(points.placements) if sd is None or i != sd[0])
+    others_replicate = all(isinstance(p, msd.Replicate) for i, p in enumerate(points.placements)
+                           if sd is None or i != sd[0])
     if sd is None or sd[1] != 0 or not others_replicate:
         raise ValueError(f"{what}: a ShardTensor of points must be Shard(0) on one mesh dim and Replicate on the "
                          f"others, got placements {tuple(points.placements)}")
-    return points.to_local(), points.device_mesh.get_group(sd[0]), _Layout(points.device_mesh, tuple(points.placements), sd[0])
+    layout = _Layout(points.device_mesh, tuple(points.placements), sd[0])
+    return points.to_local(), points.device_mesh.get_group(sd[0]), layout
 
 
 def _wrap(local: torch.Tensor, layout: Optional[_Layout], sizes: Optional[List[int]]):
@@ -554,7 +556,8 @@ def edge_vectors(points_owned, edge_index: torch.Tensor, group=None, sizes: Opti
     return _wrap(vec, layout, None)
 
 
-def _fetch_rows(values: torch.Tensor, gids: torch.Tensor, offsets: torch.Tensor, rank: int, world: int, group) -> torch.Tensor:
+def _fetch_rows(values: torch.Tensor, gids: torch.Tensor, offsets: torch.Tensor, rank: int, world: int,
+                group) -> torch.Tensor:
     """Rows ``gids`` (global, CPU ``[m]``) of a tensor whose rank ``r`` holds rows
     ``offsets[r]:offsets[r+1]`` as ``values`` (collective, differentiable: each remote row crosses
     the wire once, its gradient goes back to its owner summed over repeats).

@@ -208,7 +208,8 @@ def _check_shard_tensor(rank, world, car):
     # point-cloud pipeline: EdgeConv -> GINEConv(edge_attr = the sharded edge vectors) -> GCNConv
     torch.manual_seed(0)
     mlp = lambda i, o: torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.Tanh(), torch.nn.Linear(o, o))  # noqa: E731
-    convs = torch.nn.ModuleList([pyg.EdgeConv(mlp(6, 16)), pyg.GINEConv(mlp(16, 16), edge_dim=3), pyg.GCNConv(16, 4)]).double()
+    convs = torch.nn.ModuleList([pyg.EdgeConv(mlp(6, 16)), pyg.GINEConv(mlp(16, 16), edge_dim=3),
+                                 pyg.GCNConv(16, 4)]).double()
     feat = torch.sin(3 * ordered) + ordered.sum(1, keepdim=True)
     xs, xleaf = _shard(feat, sizes, rank, requires_grad=True)
     vec_d = vec.detach()
@@ -234,7 +235,8 @@ def _check_shard_tensor(rank, world, car):
     eir, vr = sharded_radius_graph(pos.detach(), r, return_edge_vec=True)
     rref = radius_reference(ordered, r)
     assert torch.equal(eir, _mine(rref, sizes, rank))
-    assert vr.shard_sizes() == [int(((rref[1] >= sum(sizes[:j])) & (rref[1] < sum(sizes[: j + 1]))).sum()) for j in range(world)]
+    owner = torch.searchsorted(torch.tensor(np.cumsum(sizes)), rref[1], right=True)
+    assert vr.shard_sizes() == torch.bincount(owner, minlength=world).tolist()
 
     # point-set searches: queries laid out unlike the points (another subset, random uneven split)
     queries_full, qsizes = _split(car[::37][:1500].double(), world, "random", seed=2)
