@@ -211,7 +211,9 @@ def _all_gather_front(front: torch.Tensor, sizes: List[int], rank: int, group) -
     world = len(sizes)
     if world == 1:
         return front.clone()
-    if _ALL_GATHER_P2P and front[:1].numel() * front.element_size() * sum(sizes) >= _P2P_MIN_BYTES:
+    # Row size from the trailing shape, not from a row of this shard: an empty shard must take the same path.
+    row_bytes = math.prod(front.shape[1:]) * front.element_size()
+    if _ALL_GATHER_P2P and row_bytes * sum(sizes) >= _P2P_MIN_BYTES:
         return _all_gather_p2p(front, sizes, rank, group)
     n = front.shape[0]
     # all_to_all_single needs one contiguous send buffer holding a copy for every rank.

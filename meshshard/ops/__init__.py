@@ -19,6 +19,8 @@ _EXPORTS = {
     "sharded_knn": "meshshard.ops.knn",
     "sharded_radius_graph": "meshshard.ops.knn",
     "edge_vectors": "meshshard.ops.knn",
+    "knn_search": "meshshard.ops.knn",
+    "radius_search": "meshshard.ops.knn",
     "ShardedConv": "meshshard.ops.conv",
     "MeshGraphNetBlock": "meshshard.ops.conv",
     "partition_distributed": "meshshard.ops.partition",

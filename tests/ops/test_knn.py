@@ -160,7 +160,148 @@ def _check_world(rank, world, data_dir):
             fn()
     ei = sharded_knn(x.detach(), 4)
     assert torch.equal(ei, _mine(knn_reference(ordered, 4), sizes, rank))
+    _check_shard_tensor(rank, world, clouds["car"])
     return out
+
+
+def _shard(full: torch.Tensor, sizes, rank, requires_grad=False):
+    """(ShardTensor of this rank's rows of ``full``, its local leaf)."""
+    from meshshard.tensor import ShardTensor
+
+    lo = sum(sizes[:rank])
+    leaf = full[lo:lo + sizes[rank]].clone().requires_grad_(requires_grad)
+    return ShardTensor.from_local(leaf, sharding_shapes=list(sizes)), leaf
+
+
+def _check_shard_tensor(rank, world, car):
+    """ShardTensor inputs: the kNN / radius graphs, a point-cloud GNN through them, point-set searches."""
+    import torch_geometric.nn as pyg
+
+    import meshshard.distributed as msd
+    from meshshard.ops import ShardedConv, edge_vectors, knn_search, radius_search
+    from meshshard.ops._knn_local import knn_window
+    from meshshard.ops.conv import all_reduce_gradients
+
+    rng = np.random.default_rng(1)
+    sub = car[torch.from_numpy(np.sort(rng.choice(len(car), 6000, replace=False)))].double()
+    ordered, sizes = _split(sub, world, "geometric")  # uneven, a 3-point rank, an empty one at W >= 3
+    lo, hi = sum(sizes[:rank]), sum(sizes[: rank + 1])
+    pos, leaf = _shard(ordered, sizes, rank, requires_grad=True)
+
+    # kNN graph: plain global-id edges as for plain tensors; edge vectors a ShardTensor over local edges
+    k = 8
+    ei, g, vec = sharded_knn(pos, k, loop=False, return_graph=True, return_edge_vec=True)
+    ref = knn_reference(ordered, k, loop=False)
+    assert type(ei) is torch.Tensor and torch.equal(ei, _mine(ref, sizes, rank))
+    assert vec.shard_sizes() == [s * k for s in sizes] and vec.placements == pos.placements
+    full = ordered.clone().requires_grad_(True)
+    vref = full[ref[0]] - full[ref[1]]
+    torch.testing.assert_close(vec.full_tensor(), vref.detach(), rtol=0, atol=0)
+    w = torch.cos(0.3 * ei[0] - 0.7 * ei[1]).double()[:, None]
+    ((w * vec.to_local()).sum() + (vec.to_local() ** 3).sum()).backward()
+    wref = torch.cos(0.3 * ref[0] - 0.7 * ref[1]).double()[:, None]
+    ((wref * vref).sum() + (vref ** 3).sum()).backward()
+    torch.testing.assert_close(leaf.grad, full.grad[lo:hi], rtol=1e-10, atol=1e-10)
+    vec2 = edge_vectors(pos, ei)  # the public function takes the ShardTensor too
+    assert torch.equal(vec2.to_local(), vec.to_local())
+
+    # point-cloud pipeline: EdgeConv -> GINEConv(edge_attr = the sharded edge vectors) -> GCNConv
+    torch.manual_seed(0)
+    mlp = lambda i, o: torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.Tanh(), torch.nn.Linear(o, o))  # noqa: E731
+    convs = torch.nn.ModuleList([pyg.EdgeConv(mlp(6, 16)), pyg.GINEConv(mlp(16, 16), edge_dim=3),
+                                 pyg.GCNConv(16, 4)]).double()
+    feat = torch.sin(3 * ordered) + ordered.sum(1, keepdim=True)
+    xs, xleaf = _shard(feat, sizes, rank, requires_grad=True)
+    vec_d = vec.detach()
+    h = torch.relu(ShardedConv(convs[0])(xs, g))
+    h = torch.relu(ShardedConv(convs[1])(h, g, edge_attr=vec_d))
+    out = ShardedConv(convs[2])(h, g)
+    (out ** 2).sum().backward()
+    all_reduce_gradients(convs)
+    grads = [p.grad.clone() for p in convs.parameters()]
+    convs.zero_grad()
+    fx = feat.clone().requires_grad_(True)
+    hr = torch.relu(convs[0](fx, ref))
+    hr = torch.relu(convs[1](hr, ref, edge_attr=vref.detach()))
+    oref = convs[2](hr, ref)
+    (oref ** 2).sum().backward()
+    torch.testing.assert_close(out, oref[lo:hi].detach(), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(xleaf.grad, fx.grad[lo:hi], rtol=1e-10, atol=1e-10)
+    for a, p in zip(grads, convs.parameters()):
+        torch.testing.assert_close(a, p.grad, rtol=1e-10, atol=1e-10)
+
+    # radius graph: edge vectors over a number of local edges known only after the search
+    r = _radius(ordered)
+    eir, vr = sharded_radius_graph(pos.detach(), r, return_edge_vec=True)
+    rref = radius_reference(ordered, r)
+    assert torch.equal(eir, _mine(rref, sizes, rank))
+    owner = torch.searchsorted(torch.tensor(np.cumsum(sizes)), rref[1], right=True)
+    assert vr.shard_sizes() == torch.bincount(owner, minlength=world).tolist()
+
+    # point-set searches: queries laid out unlike the points (another subset, random uneven split)
+    queries_full, qsizes = _split(car[::37][:1500].double(), world, "random", seed=2)
+    qlo, qhi = sum(qsizes[:rank]), sum(qsizes[: rank + 1])
+    qst, _ = _shard(queries_full, qsizes, rank)
+    pos.grad = None
+    leaf.grad = None
+    fst, fleaf = _shard(torch.cos(ordered[:, :2] * 5), sizes, rank, requires_grad=True)
+    idx, dist, nbr, nfeat = knn_search(pos, qst, 5, return_dists=True, return_points=True, features=fst)
+    d_ref, i_ref, _ = knn_window(cKDTree(ordered.numpy()), queries_full.numpy(), 5, None, -1)
+    for t, shape in ((idx, (5,)), (dist, (5,)), (nbr, (5, 3)), (nfeat, (5, 2))):
+        assert t.placements == qst.placements and t.shard_sizes() == qsizes and t.shape == (len(queries_full),) + shape
+    assert torch.equal(idx.full_tensor(), torch.from_numpy(i_ref))
+    torch.testing.assert_close(dist.full_tensor(), torch.from_numpy(d_ref), rtol=0, atol=0)
+    wq = torch.sin(torch.arange(qlo, qhi, dtype=torch.float64))[:, None, None]
+    ((wq * nbr.to_local()).sum() + (nfeat.to_local() ** 2).sum()).backward()
+    fp = ordered.clone().requires_grad_(True)
+    ff = torch.cos(ordered[:, :2] * 5).requires_grad_(True)
+    iref = torch.from_numpy(i_ref)
+    wqr = torch.sin(torch.arange(len(queries_full), dtype=torch.float64))[:, None, None]
+    ((wqr * fp[iref]).sum() + (ff[iref] ** 2).sum()).backward()
+    torch.testing.assert_close(leaf.grad, fp.grad[lo:hi], rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(fleaf.grad, ff.grad[lo:hi], rtol=1e-10, atol=1e-10)
+
+    rq = 1.5 * r
+    lists = cKDTree(ordered.numpy()).query_ball_point(queries_full.numpy(), rq)
+    ridx, rdist = radius_search(pos.detach(), qst, rq, return_dists=True)
+    width = max(map(len, lists))
+    assert ridx.shape == (len(queries_full), width) and ridx.shard_sizes() == qsizes
+    for q, row, drow in zip(range(qlo, qhi), ridx.to_local().tolist(), rdist.to_local()):
+        got = [j for j in row if j >= 0]
+        assert sorted(got) == sorted(lists[q]), q
+        assert torch.all(drow[len(got):] == 0) and torch.all(drow[1:len(got)] >= drow[:len(got) - 1])
+    capped = radius_search(pos.detach(), qst, rq, max_points=3)
+    assert capped.shape == (len(queries_full), 3)
+    assert torch.equal(capped.to_local(), ridx.to_local()[:, :3])  # the nearest three, in order
+    plain = knn_search(leaf.detach(), qst.to_local(), 5)  # plain tensors: this rank's query rows
+    assert type(plain) is torch.Tensor and torch.equal(plain, idx.to_local())
+
+    # bad input: the same clear error on every rank, and the group still works afterwards
+    n_total = sum(sizes)
+    nan_pos, _ = _shard(torch.where(torch.arange(n_total)[:, None] == n_total - 1, float("nan"), ordered), sizes, rank)
+    other_mesh = msd.init_device_mesh("cpu", (world,), mesh_dim_names=("other",))
+    from meshshard.tensor import ShardTensor
+
+    q_other = ShardTensor.from_local(qst.to_local(), other_mesh, sharding_shapes=list(qsizes))
+    bad_rows, _ = _shard(ordered[:, :1].repeat(1, 2), sizes, rank)
+    short = torch.zeros(max(0, sizes[rank] - (rank == world - 1)), 2, dtype=torch.float64)
+    bad_cases = [
+        (lambda: sharded_knn(nan_pos, 4), ValueError, "finite"),
+        (lambda: knn_search(nan_pos, qst, 4), ValueError, "finite"),
+        (lambda: knn_search(pos.detach(), qst, n_total + 1), ValueError, "k must be in"),
+        (lambda: sharded_knn(pos.detach(), n_total, loop=False), ValueError, "k must be in"),
+        (lambda: knn_search(pos.detach(), q_other, 4), ValueError, "same device mesh"),
+        (lambda: knn_search(pos.detach(), qst.to_local(), 4), TypeError, "both be ShardTensors"),
+        (lambda: knn_search(pos.detach(), bad_rows, 4), ValueError, "queries have dim 2"),
+        (lambda: sharded_knn(pos.detach(), 4, group=other_mesh.get_group(0)), ValueError, "pass group= only"),
+        (lambda: knn_search(leaf.detach(), qst.to_local(), 4, features=short), ValueError, "one row per point"),
+        (lambda: radius_search(pos.detach(), qst, -0.5), ValueError, "r must be"),
+        (lambda: radius_search(pos.detach(), qst, 0.1, max_points=0), ValueError, "max_points must be"),
+    ]
+    for fn, exc, text in bad_cases:
+        with pytest.raises(exc, match=text):
+            fn()
+    assert torch.equal(knn_search(pos.detach(), qst, 5).to_local(), idx.to_local())
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
