@@ -606,7 +606,7 @@ def _prepare_sets(p_loc, q_loc, f_loc, what: str, params: List[int], names: List
     if f_loc is not None and (not isinstance(f_loc, torch.Tensor) or f_loc.dim() < 1 or f_loc.shape[0] != pts.shape[0]):
         err = ValueError(f"features must have one row per point ({pts.shape[0]} here), got "
                          f"{tuple(f_loc.shape) if isinstance(f_loc, torch.Tensor) else type(f_loc).__name__}")
-    _raise_everywhere(err, what, group)
+    msd.raise_together(err, what, group)
     return pts, psizes, poffsets, qs, qsizes, rank, world
 
 
@@ -685,7 +685,7 @@ def knn_search(
         be = _backend(p_loc if isinstance(p_loc, torch.Tensor) else torch.empty(0), backend)
     except (TypeError, ValueError) as exc:
         err = exc
-    _raise_everywhere(err, what, group)
+    msd.raise_together(err, what, group)
     pts, psizes, poffsets, qs, qsizes, rank, world = _prepare_sets(p_loc, q_loc, f_loc, what, [int(k)], ["k"], group)
     _check_k(int(k), int(sum(psizes)), True)  # every rank knows N: every rank raises alike
     k = int(k)
@@ -742,7 +742,7 @@ def radius_search(
         be = _backend(p_loc if isinstance(p_loc, torch.Tensor) else torch.empty(0), backend)
     except (TypeError, ValueError) as exc:
         err = exc
-    _raise_everywhere(err, what, group)
+    msd.raise_together(err, what, group)
     r = float(radius)
     rbits = int(np.array(r, dtype=np.float64).view(np.int64))
     mnn = -1 if max_points is None else int(max_points)
