@@ -5,5 +5,6 @@ ShardTensors to local tensors (differentiably), runs ``func`` locally, adds the 
 needs and rewraps. User handlers (``ShardTensor.register_function_handler``) are looked up first.
 """
 from meshshard.tensor._ops import cat, matmul, permute, pointwise, reduction, rowwise  # noqa: F401
+from meshshard.tensor._ops import attention, einsum, norm  # noqa: F401
 
 __all__: list = []
