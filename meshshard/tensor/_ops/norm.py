@@ -138,9 +138,11 @@ def instance_norm_handler(func, types, args, kwargs):
     x, ref, sd = _input(func, a, ("running_mean", "running_var", "weight", "bias"))
     _refuse_channels(func, sd)
     rm, rv = a["running_mean"], a["running_var"]
-    if not a["use_input_stats"]:
-        out = func(x.to_local(), rm, rv, a["weight"], a["bias"], False, a["momentum"], a["eps"])
-        return wrap(func, out, ref)
+    shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
+    if not a["use_input_stats"]:  # written out: torch's instance_norm fails on a zero-row shard
+        local = x.to_local()
+        y = (_acc(local) - rm.reshape(shape)) * torch.rsqrt(rv.reshape(shape) + a["eps"])
+        return wrap(func, _affine(y, a["weight"], a["bias"], shape).to(local.dtype), ref)
     dims = list(range(2, x.dim()))
     if not dims or math.prod(x.shape[d] for d in dims) <= 1:
         raise ValueError(f"Expected more than 1 spatial element when training, got input size {tuple(x.shape)}")
@@ -157,7 +159,6 @@ def instance_norm_handler(func, types, args, kwargs):
             _update_running(rm, sums[0], a["momentum"])
         if rv is not None:
             _update_running(rv, sums[1], a["momentum"])
-    shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
     return wrap(func, _affine(y, a["weight"], a["bias"], shape).to(local.dtype), ref)
 
 
