@@ -73,3 +73,17 @@ def test_bench_meshgraphnet():
     assert sorted(rows) == [1, 2, 4], out
     fraction = {p: float(rows[p].split("|")[5]) for p in rows}
     assert fraction[1] == 1.0 and all(f > 0 for f in fraction.values())  # a ratio to P=1 was measured
+
+
+@pytest.mark.timeout(250)
+def test_bench_attention_norm():
+    out = _run("bench_attention_norm.py", 240)
+    for op in ("attention", "group_norm"):
+        rows = _table_rows(out, op)
+        assert len(rows) == 2, op  # world sizes 2 and 4
+        for row in rows:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            assert float(cells[2]) > 0 and float(cells[3]) > 0 and float(cells[4]) > 0, row
+    for row in _table_rows(out, "attention"):  # the ring sends (3W - 2) / (3W - 3) of the minimum
+        ratio = float(row.strip("|").split("|")[6].split()[0])
+        assert 1.0 < ratio < 1.4, row
