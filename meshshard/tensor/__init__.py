@@ -12,5 +12,6 @@ Example (``torchrun --nproc-per-node 3 example.py``)::
 from meshshard.tensor.shard_tensor import ShardTensor
 from meshshard.tensor import _ops  # noqa: F401  (registers the built-in op families)
 from meshshard.tensor.scatter import scatter_tensor
+from meshshard.tensor._ops.attention import neighborhood_attention
 
-__all__ = ["ShardTensor", "scatter_tensor"]
+__all__ = ["ShardTensor", "scatter_tensor", "neighborhood_attention"]

@@ -10,15 +10,18 @@ its own q, k, v, output and one block of scores, never all of K/V.
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 
+from meshshard.distributed.autograd import indexed_all_to_all_v
 from meshshard.distributed.ring import ring_shift
 from meshshard.tensor.shard_tensor import ShardTensor
 from meshshard.tensor.spec import shard_dim_of
 from meshshard.tensor._ops._common import WAY_OUT, is_replicated, local_of, op_name, reference, register, wrap
 
-__all__ = ["sdpa_handler", "ring_attention"]
+__all__ = ["sdpa_handler", "ring_attention", "neighborhood_attention"]
 
 
 def _acc_dtype(dtype):
@@ -212,6 +215,110 @@ def sdpa_handler(func, types, args, kwargs):
     out = ring_attention(ql, kl, vl, k_sizes, q.offsets(mesh_dim), rank, group=group, attn_mask=mask,
                          is_causal=a["is_causal"], scale=a["scale"])
     return wrap(func, out, q)
+
+
+def _halo(t, dim, sizes, coord, h, group):
+    """This rank's rows along ``dim`` extended by up to ``h`` rows of the neighbouring shards on
+    each side (fewer at the grid's ends; thin shards are crossed), and the global index of the
+    first row. One indexed all-to-all-v (differentiable)."""
+    offsets = [sum(sizes[:r]) for r in range(len(sizes))]
+    total = sum(sizes)
+
+    def wanted(j):  # global rows rank j needs from the others, ascending
+        lo, hi = offsets[j], offsets[j] + sizes[j]
+        return list(range(max(0, lo - h), lo)) + list(range(hi, min(total, hi + h)))
+
+    mine = range(offsets[coord], offsets[coord] + sizes[coord])
+    sends = [[g - offsets[coord] for g in wanted(j) if g in mine] for j in range(len(sizes))]
+    matrix = [[sum(1 for g in wanted(j) if offsets[i] <= g < offsets[i] + sizes[i]) for j in range(len(sizes))]
+              for i in range(len(sizes))]
+    got = indexed_all_to_all_v(t, [torch.tensor(s, dtype=torch.long) for s in sends], matrix, dim=dim, group=group)
+    below = min(h, offsets[coord])
+    ext = torch.cat([got.narrow(dim, 0, below), t, got.narrow(dim, below, got.shape[dim] - below)], dim)
+    return ext, offsets[coord] - below
+
+
+def _window_attention(q, k, v, halfs, grid, q_start, k_start, sdim, scale):
+    """Local windowed attention: the query at grid position p (its sharded coordinate offset by
+    ``q_start``) attends to the keys at p + o, |o_i| <= halfs[i], inside ``grid``; ``k``/``v`` rows
+    along the sharded spatial dim ``sdim`` start at global ``k_start``."""
+    nd = len(halfs)
+    sp = list(range(q.dim() - 1 - nd, q.dim() - 1))  # spatial dims
+    acc = _acc_dtype(q.dtype)
+    qa, ka, va = q.to(acc), k.to(acc), v.to(acc)
+    pad = []
+    for i in reversed(range(nd)):  # F.pad wants the last dim first; E is not padded
+        pad += [halfs[i], halfs[i]]
+    ka, va = F.pad(ka, [0, 0] + pad), F.pad(va, [0, 0] + pad)
+    scores, values = [], []
+    for off in itertools.product(*[range(-h, h + 1) for h in halfs]):
+        kk, vv = ka, va
+        valid = torch.ones(q.shape[sp[0]:-1], dtype=torch.bool, device=q.device)
+        for i, d in enumerate(sp):
+            n = q.shape[d]
+            first = 0 if d != sdim else q_start - k_start  # index of the query's row in k
+            kk = kk.narrow(d, first + halfs[i] + off[i], n)
+            vv = vv.narrow(d, first + halfs[i] + off[i], n)
+            pos = torch.arange(n, device=q.device) + (q_start if d == sdim else 0) + off[i]
+            ok = (pos >= 0) & (pos < grid[i])
+            valid = valid & ok.reshape([-1 if j == i else 1 for j in range(nd)])
+        scores.append(((qa * kk).sum(-1) * scale).masked_fill(~valid, float("-inf")))
+        values.append(vv)
+    p = torch.softmax(torch.stack(scores, -1), dim=-1)  # the query itself is always valid
+    return sum(p[..., j:j + 1] * values[j] for j in range(len(values))).to(q.dtype)
+
+
+def neighborhood_attention(q, k, v, window, scale=None):
+    """Neighbourhood (windowed) attention on a 1-D, 2-D or 3-D grid: the query at grid point p
+    attends to the keys at the points p + o with ``|o_i| <= window[i] // 2`` that lie on the grid
+    (near the boundary the window is cut, not shifted). q, k, v may be plain tensors or
+    ShardTensors with one layout, sharded along one spatial dim: each rank fetches a halo of
+    ``window // 2`` rows from its neighbours (one indexed all-to-all; shards thinner than the halo
+    are crossed), so results and gradients equal one process.
+
+    Args:
+        q: ``[*, S_1, .., S_D, E]`` (``*``: batch / head dims, unsharded).
+        k: ``[*, S_1, .., S_D, E]``.
+        v: ``[*, S_1, .., S_D, Ev]``.
+        window: odd int or D odd ints (``D`` = 1, 2 or 3 spatial dims, the dims before the last).
+        scale: score scale (``None``: ``1 / sqrt(E)``).
+
+    Returns:
+        ``[*, S_1, .., S_D, Ev]``, with q's layout.
+    """
+    window = (window,) if isinstance(window, int) else tuple(int(w) for w in window)
+    if not 1 <= len(window) <= 3 or any(w < 1 or w % 2 == 0 for w in window):
+        raise ValueError(f"neighborhood_attention: window must be 1-3 odd sizes, got {window}")
+    nd = len(window)
+    if q.dim() < nd + 1 or q.shape[:-1] != k.shape[:-1] or k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"neighborhood_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+                         f"must share [*, S_1, .., S_{nd}] for a {nd}-D window")
+    halfs = [w // 2 for w in window]
+    grid = list(q.shape[q.dim() - 1 - nd:-1])
+    scale = 1.0 / (q.shape[-1] ** 0.5) if scale is None else float(scale)
+    sts = [t for t in (q, k, v) if isinstance(t, ShardTensor)]
+    if not sts:
+        return _window_attention(q, k, v, halfs, grid, 0, 0, None, scale)
+    if len(sts) != 3 or k.placements != q.placements or v.placements != q.placements \
+            or k._shard_sizes != q._shard_sizes or v._shard_sizes != q._shard_sizes:
+        raise ValueError("neighborhood_attention: q, k and v must be ShardTensors with one layout "
+                         f"(placements and shard sizes), got {[getattr(t, 'placements', 'plain') for t in (q, k, v)]}")
+    func = neighborhood_attention
+    ref = reference(func, [q])
+    sd = shard_dim_of(ref.placements)
+    ql, kl, vl = (t.to_local() for t in (q, k, v))
+    if sd is None:
+        return wrap(func, _window_attention(ql, kl, vl, halfs, grid, 0, 0, None, scale), ref)
+    if not q.dim() - 1 - nd <= sd[1] < q.dim() - 1:
+        raise NotImplementedError(f"neighborhood_attention: sharded dim {sd[1]} is not a spatial dim of a "
+                                  f"{nd}-D window on shape {tuple(q.shape)}; {WAY_OUT}")
+    m, d = sd
+    coord, group = q.device_mesh.get_local_rank(m), q.device_mesh.get_group(m)
+    h = halfs[d - (q.dim() - 1 - nd)]
+    kx, start = _halo(kl, d, list(q._shard_sizes), coord, h, group)
+    vx, _ = _halo(vl, d, list(q._shard_sizes), coord, h, group)
+    out = _window_attention(ql, kx, vx, halfs, grid, q.offsets(m), start, d, scale)
+    return wrap(func, out, ref)
 
 
 register(sdpa_handler, (F.scaled_dot_product_attention,))
