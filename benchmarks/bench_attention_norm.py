@@ -109,7 +109,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, 2 and 4 ranks, few repeats")
     args = parser.parse_args()
-    att_len, gn_len, repeats = (512, 1 << 15, 3) if args.quick else (4096, 1 << 20, 5)
+    att_len, gn_len, repeats = (512, 1 << 15, 3) if args.quick else (2048, 1 << 19, 5)
     print(f"attention: q/k/v [1, {HEADS}, {att_len}, {DIM}] float32; group_norm: [2, {CHANNELS}, {gn_len}] "
           f"float32, {GROUPS} groups; forward + backward, one thread per rank\n")
     print("| op | ranks | one process (s) | sharded (s) | speed-up | bytes sent (all ranks) | ratio |")
