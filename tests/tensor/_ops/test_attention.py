@@ -166,6 +166,28 @@ def _neighborhood_case(rank, world, mesh, shape, dim, window, dtype=torch.float6
         _close(t.grad, _rows(r.grad, sizes, rank, dim), f"{what} d{name}", dtype)
 
 
+def _mesh2d_case(rank):
+    from meshshard.distributed import Replicate, Shard, init_device_mesh
+    from meshshard.tensor import ShardTensor
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "domain"))
+    dom = mesh.get_local_rank(1)
+    qs, ks = [0, 5], [3, 2]
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 2, sum(s), 3, generator=g, dtype=torch.float64) for s in (qs, ks, ks))
+    full = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*full, is_causal=True)
+    ref.sum().backward()
+    local = [_rows(t, s, dom, 2).clone().requires_grad_() for t, s in zip((q, k, v), (qs, ks, ks))]
+    sts = [ShardTensor.from_local(t, mesh, (Replicate(), Shard(2)), sharding_shapes={1: s})
+           for t, s in zip(local, (qs, ks, ks))]
+    out = F.scaled_dot_product_attention(*sts, is_causal=True)
+    out.to_local().sum().backward()
+    _close(out.to_local(), _rows(ref.detach(), qs, dom, 2), "2-D mesh output", torch.float64)
+    for t, r, s, name in zip(local, full, (qs, ks, ks), "qkv"):
+        _close(t.grad, _rows(r.grad, s, dom, 2), f"2-D mesh d{name}", torch.float64)
+
+
 def _check(rank, world):
     from meshshard.distributed import Replicate, Shard, init_device_mesh
     from meshshard.tensor import ShardTensor
@@ -185,6 +207,8 @@ def _check(rank, world):
     _neighborhood_case(rank, world, mesh, (1, 2, 4, n, 3), 3, (3, 5))              # 2-D, halo 2 > thin shards
     _neighborhood_case(rank, world, mesh, (1, n, 3, 2, 3), 1, (5, 3, 1), torch.float32)  # 3-D
 
+    if world == 4:  # (dp x domain) mesh: the ring runs inside each domain group of global ranks
+        _mesh2d_case(rank)
     q = ShardTensor.from_local(torch.randn(Q_SIZES[world][rank], 2, 3), mesh, (Shard(0),),
                                sharding_shapes={0: Q_SIZES[world]})
     _expect(NotImplementedError, lambda: F.scaled_dot_product_attention(q, q, q), "dim -2")
