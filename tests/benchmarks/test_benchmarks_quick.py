@@ -84,3 +84,15 @@ def test_bench_shard_ops():
         cells = [c.strip() for c in rows[0].strip("|").split("|")]
         assert float(cells[1]) > 0 and float(cells[2]) > 0 and float(cells[3]) > 0, rows
         assert cells[4] == cells[5] and cells[6] == "1.00", rows  # the exchange moves exactly the halo
+@pytest.mark.timeout(250)
+def test_bench_attention_norm():
+    out = _run("bench_attention_norm.py", 240)
+    for op in ("attention", "group_norm"):
+        rows = _table_rows(out, op)
+        assert len(rows) == 2, op  # world sizes 2 and 4
+        for row in rows:
+            cells = [c.strip() for c in row.strip("|").split("|")]
+            assert float(cells[2]) > 0 and float(cells[3]) > 0 and float(cells[4]) > 0, row
+    for row in _table_rows(out, "attention"):  # the ring sends (3W - 2) / (3W - 3) of the minimum
+        ratio = float(row.strip("|").split("|")[6].split()[0])
+        assert 1.0 < ratio < 1.4, row

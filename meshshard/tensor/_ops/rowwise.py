@@ -1,5 +1,6 @@
-"""Row-wise ops that mix values only inside a row (``linear``, ``layer_norm`` / ``rms_norm`` /
-``softmax`` / ``normalize`` over feature dims): local, unless they mix the sharded dim."""
+"""Row-wise ops that mix values only inside a row (``linear``, ``rms_norm`` / ``softmax`` /
+``normalize`` over feature dims, and ``layer_norm`` over them, which :mod:`.norm` hands here):
+local, unless they mix the sharded dim."""
 from __future__ import annotations
 
 import torch
@@ -50,6 +51,6 @@ def rowwise_handler(func, types, args, kwargs):
 
 
 
-register(rowwise_handler, (F.linear, F.layer_norm, F.normalize, torch.softmax, torch.log_softmax,
+register(rowwise_handler, (F.linear, F.normalize, torch.softmax, torch.log_softmax,
                            torch.Tensor.softmax, torch.Tensor.log_softmax, F.softmax, F.log_softmax,
                            getattr(F, "rms_norm", None)))

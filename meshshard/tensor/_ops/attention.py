@@ -1,0 +1,324 @@
+"""``F.scaled_dot_product_attention`` over sequences / point sets sharded along dim -2: ring attention.
+
+Every rank keeps its query rows; the K/V blocks travel around the ranks (one block in flight,
+:func:`meshshard.distributed.ring.ring_shift`) and are folded in with an online softmax (running
+row max and sum, accumulated in float32 for low-precision inputs and in the input dtype
+otherwise), so no rank ever holds the whole K/V. Backward is the ring once more: each rank
+recomputes its score blocks from the saved log-sum-exp and the K/V block passes by together with
+its gradient accumulators, which arrive back at their owner after a full turn. Memory per rank:
+its own q, k, v, output and one block of scores, never all of K/V.
+"""
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn.functional as F
+
+from meshshard.distributed.autograd import indexed_all_to_all_v
+from meshshard.distributed.ring import ring_shift
+from meshshard.tensor.shard_tensor import ShardTensor
+from meshshard.tensor.spec import shard_dim_of
+from meshshard.tensor._ops._common import WAY_OUT, is_replicated, local_of, op_name, reference, register, wrap
+
+__all__ = ["sdpa_handler", "ring_attention", "neighborhood_attention"]
+
+
+def _acc_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+class _Blocks:
+    """Where the query rows and every rank's K/V block sit in the global [Lq, Lk] score matrix."""
+
+    def __init__(self, q_offset, nq, k_sizes, mask, causal, scale):
+        self.q_offset, self.nq, self.k_sizes = q_offset, nq, list(k_sizes)
+        self.k_offsets = [sum(self.k_sizes[:j]) for j in range(len(self.k_sizes))]
+        self.causal, self.scale = causal, scale
+        if mask is not None and mask.dim() >= 2 and mask.shape[-2] != 1:
+            mask = mask.narrow(-2, q_offset, nq)
+        self.mask = mask
+
+    def scores(self, q, kb, owner):
+        """Scaled scores of this rank's queries against the K block of rank ``owner`` (masked: -inf)."""
+        s = torch.matmul(q, kb.transpose(-1, -2)) * self.scale
+        start, n = self.k_offsets[owner], self.k_sizes[owner]
+        if self.mask is not None:
+            m = self.mask if self.mask.dim() < 1 or self.mask.shape[-1] == 1 else self.mask.narrow(-1, start, n)
+            if m.dtype == torch.bool:
+                s = s.masked_fill(~m, float("-inf"))
+            else:
+                s = s + m.to(s.dtype)
+        if self.causal:
+            qi = torch.arange(self.q_offset, self.q_offset + self.nq, device=s.device)
+            kj = torch.arange(start, start + n, device=s.device)
+            s = s.masked_fill(kj[None, :] > qi[:, None], float("-inf"))
+        return s
+
+
+class _RingAttention(torch.autograd.Function):
+
+    @staticmethod
+    def forward(ctx, q, k, v, blocks, rank, group):
+        acc = _acc_dtype(q.dtype)
+        world = len(blocks.k_sizes)
+        qa = q.to(acc)
+        lead, ev = q.shape[:-2], v.shape[-1]
+        m = torch.full(lead + (q.shape[-2],), float("-inf"), dtype=acc, device=q.device)
+        l = torch.zeros_like(m)
+        o = torch.zeros(lead + (q.shape[-2], ev), dtype=acc, device=q.device)
+        kv = torch.cat([k, v], dim=-1)
+        for step in range(world):  # at step s a rank holds the block of rank - s
+            owner = (rank - step) % world
+            if step:
+                kv = ring_shift(kv, kv.shape[:-2] + (blocks.k_sizes[owner], kv.shape[-1]), group=group)
+            kb, vb = kv[..., : k.shape[-1]].to(acc), kv[..., k.shape[-1]:].to(acc)
+            s = blocks.scores(qa, kb, owner)
+            m_new = torch.maximum(m, s.amax(-1)) if s.shape[-1] else m
+            safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            p = torch.exp(s - safe[..., None])
+            corr = torch.exp(m - safe)
+            l = l * corr + p.sum(-1)
+            o = o * corr[..., None] + torch.matmul(p, vb)
+            m = m_new
+        out = torch.where(l[..., None] > 0, o / l.clamp_min(torch.finfo(acc).tiny)[..., None], torch.zeros_like(o))
+        lse = torch.where(l > 0, m + torch.log(l.clamp_min(torch.finfo(acc).tiny)), torch.full_like(m, float("-inf")))
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.blocks, ctx.rank, ctx.group = blocks, rank, group
+        return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        blocks, rank, group = ctx.blocks, ctx.rank, ctx.group
+        acc = out.dtype
+        world = len(blocks.k_sizes)
+        qa, do = q.to(acc), d_out.to(acc)
+        delta = (do * out).sum(-1, keepdim=True)
+        safe_lse = torch.where(torch.isinf(lse), torch.zeros_like(lse), lse)[..., None]
+        dq = torch.zeros_like(qa)
+        ek = k.shape[-1]
+        ev = v.shape[-1]
+        # the travelling block: [k | v | dk | dv] in the accumulator dtype, one message per step
+        blk = torch.cat([k.to(acc), v.to(acc), torch.zeros_like(k, dtype=acc), torch.zeros_like(v, dtype=acc)], -1)
+        for step in range(world):
+            owner = (rank - step) % world
+            if step:
+                blk = ring_shift(blk, blk.shape[:-2] + (blocks.k_sizes[owner], blk.shape[-1]), group=group)
+            kb, vb = blk[..., :ek], blk[..., ek:ek + ev]
+            s = blocks.scores(qa, kb, owner)
+            p = torch.exp(s - safe_lse)
+            p = torch.where(torch.isinf(lse)[..., None], torch.zeros_like(p), p)
+            dv = torch.matmul(p.transpose(-1, -2), do)
+            ds = p * (torch.matmul(do, vb.transpose(-1, -2)) - delta)
+            dq = dq + torch.matmul(ds, kb) * blocks.scale
+            dk = torch.matmul(ds.transpose(-1, -2), qa) * blocks.scale
+            blk = torch.cat([blk[..., :ek + ev], blk[..., ek + ev:2 * ek + ev] + dk, blk[..., 2 * ek + ev:] + dv], -1)
+        grads = blk[..., ek + ev:]
+        if world > 1:  # one more hop brings every block's gradients home (k, v not needed any more)
+            grads = ring_shift(grads, grads.shape[:-2] + (blocks.k_sizes[rank], grads.shape[-1]), group=group)
+        dk, dv = grads[..., :ek], grads[..., ek:]
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_sizes, q_offset: int, rank: int,
+                   group=None, attn_mask=None, is_causal: bool = False, scale=None) -> torch.Tensor:
+    """Exact softmax attention of this rank's query rows against K/V sharded over ``group`` by rows
+    (plain tensors; every rank of ``group`` calls it together; differentiable).
+
+    Args:
+        q: this rank's queries ``[*, nq, E]`` (global rows ``q_offset .. q_offset + nq``).
+        k: this rank's keys ``[*, k_sizes[rank], E]``; leading dims ``*`` as in ``q``.
+        v: this rank's values ``[*, k_sizes[rank], Ev]``.
+        k_sizes: K/V rows of every rank of ``group`` (the same list on every rank).
+        q_offset: global index of this rank's first query row.
+        rank: this rank's index in ``group``.
+        group: process group along which K/V is sharded (``None``: the default group).
+        attn_mask: plain tensor broadcastable to the global ``[*, Lq, Lk]``; bool (True: attend) or
+            additive (added to the scores); each rank uses its rows and each block's columns.
+        is_causal: mask keys whose global index exceeds the query's (torch's top-left alignment).
+        scale: score scale (``None``: ``1 / sqrt(E)``).
+
+    Returns:
+        ``[*, nq, Ev]``: this rank's rows of ``softmax(q k^T * scale + mask) v`` (rows with every key
+        masked give 0, as torch does).
+    """
+    scale = 1.0 / (q.shape[-1] ** 0.5) if scale is None else float(scale)
+    blocks = _Blocks(q_offset, q.shape[-2], k_sizes, attn_mask, is_causal, scale)
+    return _RingAttention.apply(q, k, v, blocks, rank, group)
+
+
+def _parse(args, kwargs):
+    names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
+    defaults = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
+    out = dict(defaults)
+    out.update(zip(names, args))
+    out.update(kwargs)
+    return out
+
+
+def sdpa_handler(func, types, args, kwargs):
+    """``F.scaled_dot_product_attention`` with q, k, v ShardTensors sharded along dim -2 (the
+    sequence / points dim) on the same mesh dim (q and k/v may have different lengths and
+    layouts; k and v the same layout), or k/v replicated. Batch and head dims must not be
+    sharded. ``attn_mask`` is a plain tensor over the global ``[Lq, Lk]`` (or a replicated
+    ShardTensor); ``dropout_p`` must be 0; ``enable_gqa`` repeats k/v heads locally. All
+    replicated: local."""
+    a = _parse(args, kwargs)
+    q, k, v, mask = a["query"], a["key"], a["value"], a["attn_mask"]
+    name = op_name(func)
+    for t, what in ((q, "query"), (k, "key"), (v, "value")):
+        if not isinstance(t, ShardTensor):
+            raise NotImplementedError(f"ShardTensor: {name} with a plain {what} tensor; make q, k and v "
+                                      "ShardTensors (replicated ones for unsharded values)")
+    if a["dropout_p"]:
+        raise NotImplementedError(f"ShardTensor: {name} with dropout_p={a['dropout_p']} (its random mask "
+                                  "could not match one process); apply dropout to the inputs or use 0")
+    if isinstance(mask, ShardTensor):
+        if not is_replicated(mask):
+            raise NotImplementedError(f"ShardTensor: {name} with a sharded attn_mask; pass a plain tensor "
+                                      "over the global [Lq, Lk] (each rank uses its rows)")
+        mask = mask._local_tensor
+    if mask is not None and mask.requires_grad:
+        raise NotImplementedError(f"ShardTensor: {name}: gradients of an additive attn_mask are not supported")
+    ref = reference(func, [q, k, v])
+    sd_q, sd_k, sd_v = (shard_dim_of(t.placements) for t in (q, k, v))
+    if sd_q is None and sd_k is None and sd_v is None:
+        lq, lk, lv = (local_of(func, t, ref) for t in (q, k, v))
+        return wrap(func, func(lq, lk, lv, attn_mask=mask, dropout_p=0.0, is_causal=a["is_causal"],
+                               scale=a["scale"], enable_gqa=a["enable_gqa"]), ref)
+    if sd_q is None or sd_q[1] != q.dim() - 2:
+        raise NotImplementedError(f"ShardTensor: {name} needs the query sharded along dim -2 (the sequence / "
+                                  f"points dim), got {q.placements} for shape {tuple(q.shape)}; {WAY_OUT}")
+    if (sd_k is None) != (sd_v is None) or (sd_k is not None and (k.placements != v.placements
+                                                                   or k._shard_sizes != v._shard_sizes)):
+        raise ValueError(f"ShardTensor: {name}: key and value must have the same layout, got {k.placements} "
+                         f"sizes {k._shard_sizes} and {v.placements} sizes {v._shard_sizes}")
+    if sd_k is not None and (sd_k[1] != k.dim() - 2 or sd_k[0] != sd_q[0] or k.device_mesh != q.device_mesh):
+        raise NotImplementedError(f"ShardTensor: {name}: key / value must be sharded along dim -2 on the query's "
+                                  f"mesh dim (or replicated), got {k.placements} for shape {tuple(k.shape)}")
+    if q.shape[:-2] != k.shape[:-2] and not a["enable_gqa"]:
+        raise ValueError(f"ShardTensor: {name}: batch / head dims of query {tuple(q.shape[:-2])} and key "
+                         f"{tuple(k.shape[:-2])} differ")
+    mesh_dim = sd_q[0]
+    ql = q.to_local()
+    if sd_k is None:  # replicated K/V: the whole of it is one block, local
+        kl, vl = (local_of(func, t, q) for t in (k, v))
+        k_sizes, rank, group = [k.shape[-2]], 0, None
+    else:
+        kl, vl = k.to_local(), v.to_local()
+        k_sizes, rank = list(k._shard_sizes), q.device_mesh.get_local_rank(mesh_dim)
+        group = q.device_mesh.get_group(mesh_dim)
+    if a["enable_gqa"] and kl.dim() >= 3 and kl.shape[-3] != ql.shape[-3]:
+        rep = ql.shape[-3] // kl.shape[-3]
+        kl, vl = kl.repeat_interleave(rep, dim=-3), vl.repeat_interleave(rep, dim=-3)
+    out = ring_attention(ql, kl, vl, k_sizes, q.offsets(mesh_dim), rank, group=group, attn_mask=mask,
+                         is_causal=a["is_causal"], scale=a["scale"])
+    return wrap(func, out, q)
+
+
+def _halo(t, dim, sizes, coord, h, group):
+    """This rank's rows along ``dim`` extended by up to ``h`` rows of the neighbouring shards on
+    each side (fewer at the grid's ends; thin shards are crossed), and the global index of the
+    first row. One indexed all-to-all-v (differentiable)."""
+    offsets = [sum(sizes[:r]) for r in range(len(sizes))]
+    total = sum(sizes)
+
+    def wanted(j):  # global rows rank j needs from the others, ascending
+        lo, hi = offsets[j], offsets[j] + sizes[j]
+        return list(range(max(0, lo - h), lo)) + list(range(hi, min(total, hi + h)))
+
+    mine = range(offsets[coord], offsets[coord] + sizes[coord])
+    sends = [[g - offsets[coord] for g in wanted(j) if g in mine] for j in range(len(sizes))]
+    matrix = [[sum(1 for g in wanted(j) if offsets[i] <= g < offsets[i] + sizes[i]) for j in range(len(sizes))]
+              for i in range(len(sizes))]
+    got = indexed_all_to_all_v(t, [torch.tensor(s, dtype=torch.long) for s in sends], matrix, dim=dim, group=group)
+    below = min(h, offsets[coord])
+    ext = torch.cat([got.narrow(dim, 0, below), t, got.narrow(dim, below, got.shape[dim] - below)], dim)
+    return ext, offsets[coord] - below
+
+
+def _window_attention(q, k, v, halfs, grid, q_start, k_start, sdim, scale):
+    """Local windowed attention: the query at grid position p (its sharded coordinate offset by
+    ``q_start``) attends to the keys at p + o, |o_i| <= halfs[i], inside ``grid``; ``k``/``v`` rows
+    along the sharded spatial dim ``sdim`` start at global ``k_start``."""
+    nd = len(halfs)
+    sp = list(range(q.dim() - 1 - nd, q.dim() - 1))  # spatial dims
+    acc = _acc_dtype(q.dtype)
+    qa, ka, va = q.to(acc), k.to(acc), v.to(acc)
+    pad = []
+    for i in reversed(range(nd)):  # F.pad wants the last dim first; E is not padded
+        pad += [halfs[i], halfs[i]]
+    ka, va = F.pad(ka, [0, 0] + pad), F.pad(va, [0, 0] + pad)
+    scores, values = [], []
+    for off in itertools.product(*[range(-h, h + 1) for h in halfs]):
+        kk, vv = ka, va
+        valid = torch.ones(q.shape[sp[0]:-1], dtype=torch.bool, device=q.device)
+        for i, d in enumerate(sp):
+            n = q.shape[d]
+            first = 0 if d != sdim else q_start - k_start  # index of the query's row in k
+            kk = kk.narrow(d, first + halfs[i] + off[i], n)
+            vv = vv.narrow(d, first + halfs[i] + off[i], n)
+            pos = torch.arange(n, device=q.device) + (q_start if d == sdim else 0) + off[i]
+            ok = (pos >= 0) & (pos < grid[i])
+            valid = valid & ok.reshape([-1 if j == i else 1 for j in range(nd)])
+        scores.append(((qa * kk).sum(-1) * scale).masked_fill(~valid, float("-inf")))
+        values.append(vv)
+    p = torch.softmax(torch.stack(scores, -1), dim=-1)  # the query itself is always valid
+    return sum(p[..., j:j + 1] * values[j] for j in range(len(values))).to(q.dtype)
+
+
+def neighborhood_attention(q, k, v, window, scale=None):
+    """Neighbourhood (windowed) attention on a 1-D, 2-D or 3-D grid: the query at grid point p
+    attends to the keys at the points p + o with ``|o_i| <= window[i] // 2`` that lie on the grid
+    (near the boundary the window is cut, not shifted). q, k, v may be plain tensors or
+    ShardTensors with one layout, sharded along one spatial dim: each rank fetches a halo of
+    ``window // 2`` rows from its neighbours (one indexed all-to-all; shards thinner than the halo
+    are crossed), so results and gradients equal one process.
+
+    Args:
+        q: ``[*, S_1, .., S_D, E]`` (``*``: batch / head dims, unsharded).
+        k: ``[*, S_1, .., S_D, E]``.
+        v: ``[*, S_1, .., S_D, Ev]``.
+        window: odd int or D odd ints (``D`` = 1, 2 or 3 spatial dims, the dims before the last).
+        scale: score scale (``None``: ``1 / sqrt(E)``).
+
+    Returns:
+        ``[*, S_1, .., S_D, Ev]``, with q's layout.
+    """
+    window = (window,) if isinstance(window, int) else tuple(int(w) for w in window)
+    if not 1 <= len(window) <= 3 or any(w < 1 or w % 2 == 0 for w in window):
+        raise ValueError(f"neighborhood_attention: window must be 1-3 odd sizes, got {window}")
+    nd = len(window)
+    if q.dim() < nd + 1 or q.shape[:-1] != k.shape[:-1] or k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"neighborhood_attention: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+                         f"must share [*, S_1, .., S_{nd}] for a {nd}-D window")
+    halfs = [w // 2 for w in window]
+    grid = list(q.shape[q.dim() - 1 - nd:-1])
+    scale = 1.0 / (q.shape[-1] ** 0.5) if scale is None else float(scale)
+    sts = [t for t in (q, k, v) if isinstance(t, ShardTensor)]
+    if not sts:
+        return _window_attention(q, k, v, halfs, grid, 0, 0, None, scale)
+    if len(sts) != 3 or k.placements != q.placements or v.placements != q.placements \
+            or k._shard_sizes != q._shard_sizes or v._shard_sizes != q._shard_sizes:
+        raise ValueError("neighborhood_attention: q, k and v must be ShardTensors with one layout "
+                         f"(placements and shard sizes), got {[getattr(t, 'placements', 'plain') for t in (q, k, v)]}")
+    func = neighborhood_attention
+    ref = reference(func, [q])
+    sd = shard_dim_of(ref.placements)
+    ql, kl, vl = (t.to_local() for t in (q, k, v))
+    if sd is None:
+        return wrap(func, _window_attention(ql, kl, vl, halfs, grid, 0, 0, None, scale), ref)
+    if not q.dim() - 1 - nd <= sd[1] < q.dim() - 1:
+        raise NotImplementedError(f"neighborhood_attention: sharded dim {sd[1]} is not a spatial dim of a "
+                                  f"{nd}-D window on shape {tuple(q.shape)}; {WAY_OUT}")
+    m, d = sd
+    coord, group = q.device_mesh.get_local_rank(m), q.device_mesh.get_group(m)
+    h = halfs[d - (q.dim() - 1 - nd)]
+    kx, start = _halo(kl, d, list(q._shard_sizes), coord, h, group)
+    vx, _ = _halo(vl, d, list(q._shard_sizes), coord, h, group)
+    out = _window_attention(ql, kx, vx, halfs, grid, q.offsets(m), start, d, scale)
+    return wrap(func, out, ref)
+
+
+register(sdpa_handler, (F.scaled_dot_product_attention,))

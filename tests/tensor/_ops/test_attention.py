@@ -1,0 +1,226 @@
+"""Ring attention (``F.scaled_dot_product_attention`` on ShardTensors sharded along the sequence /
+points dim) and a Transolver-style slice-attention block on 1-4 gloo ranks, uneven shards with a
+zero-row rank, q and k/v of different lengths and layouts: values and gradients of q, k, v (and the
+block's weights) against one process, float64 1e-10 and float32 1e-5; clear errors for what is
+not supported."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from meshshard.testing import run_distributed
+
+WORLD_SIZES = [1, 2, 3, 4]
+TIMEOUT = 240
+Q_SIZES = {1: [7], 2: [0, 7], 3: [2, 0, 5], 4: [1, 3, 0, 4]}
+K_SIZES = {1: [6], 2: [5, 1], 3: [0, 3, 3], 4: [2, 0, 2, 2]}
+TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-5, atol=1e-5)}
+
+
+def _rows(t, sizes, rank, dim):
+    start = sum(sizes[:rank])
+    return t.narrow(dim, start, sizes[rank])
+
+
+def _close(a, b, what, dtype):
+    assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
+    assert torch.allclose(a, b, **TOL[dtype]), f"{what}: max diff {(a - b).abs().max().item()}"
+
+
+def _expect(exc, fn, *words):
+    try:
+        fn()
+    except exc as e:  # noqa: PERF203
+        for w in words:
+            assert w in str(e), f"message {str(e)!r} lacks {w!r}"
+        return
+    raise AssertionError(f"expected {exc.__name__}")
+
+
+def _sdpa_case(rank, world, mesh, dtype, kv_replicated=False, hk=2, **kw):
+    from meshshard.distributed import Replicate, Shard
+    from meshshard.tensor import ShardTensor
+
+    qs, ks = Q_SIZES[world], K_SIZES[world]
+    lq, lk = sum(qs), sum(ks)
+    g = torch.Generator().manual_seed(7)
+    q = torch.randn(2, 2 * (2 // hk) if kw.get("enable_gqa") else 2, lq, 3, generator=g, dtype=dtype)
+    k = torch.randn(2, hk, lk, 3, generator=g, dtype=dtype)
+    v = torch.randn(2, hk, lk, 4, generator=g, dtype=dtype)
+    gout = torch.randn(q.shape[:-1] + (4,), generator=g, dtype=dtype)
+    full = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*full, **kw)
+    (ref * gout).sum().backward()
+
+    lq_ = _rows(q, qs, rank, 2).clone().requires_grad_()
+    if kv_replicated:
+        lk_, lv_ = k.clone().requires_grad_(), v.clone().requires_grad_()
+        sk = ShardTensor.from_local(lk_, mesh, (Replicate(),))
+        sv = ShardTensor.from_local(lv_, mesh, (Replicate(),))
+    else:
+        lk_, lv_ = (_rows(t, ks, rank, 2).clone().requires_grad_() for t in (k, v))
+        sk = ShardTensor.from_local(lk_, mesh, (Shard(2),), sharding_shapes={0: ks})
+        sv = ShardTensor.from_local(lv_, mesh, (Shard(2),), sharding_shapes={0: ks})
+    sq = ShardTensor.from_local(lq_, mesh, (Shard(2),), sharding_shapes={0: qs})
+    out = F.scaled_dot_product_attention(sq, sk, sv, **kw)
+    assert out.placements == (Shard(2),) and out.shard_sizes() == qs
+    (out.to_local() * _rows(gout, qs, rank, 2)).sum().backward()
+    what = f"{dtype} {sorted(kw)} kv_replicated={kv_replicated}"
+    _close(out.to_local(), _rows(ref.detach(), qs, rank, 2), f"output {what}", dtype)
+    _close(lq_.grad, _rows(full[0].grad, qs, rank, 2), f"dq {what}", dtype)
+    if kv_replicated:  # replicated k/v: every rank holds the whole gradient
+        _close(lk_.grad, full[1].grad, f"dk {what}", dtype)
+        _close(lv_.grad, full[2].grad, f"dv {what}", dtype)
+    else:
+        _close(lk_.grad, _rows(full[1].grad, ks, rank, 2), f"dk {what}", dtype)
+        _close(lv_.grad, _rows(full[2].grad, ks, rank, 2), f"dv {what}", dtype)
+
+
+def _masks(world):
+    lq, lk = sum(Q_SIZES[world]), sum(K_SIZES[world])
+    g = torch.Generator().manual_seed(3)
+    boolean = torch.rand(lq, lk, generator=g) > 0.4
+    boolean[1] = False  # a row with every key masked gives 0, as in torch
+    additive = torch.randn(2, 1, lq, lk, generator=g, dtype=torch.float64)
+    return boolean, additive
+
+
+class _SliceAttention(torch.nn.Module):
+    """Transolver's physics attention: points -> G slice tokens (softmax over slices, weighted sums
+    over all points), attention among the tokens, tokens -> points."""
+
+    def __init__(self, c, g):
+        super().__init__()
+        self.slice = torch.nn.Linear(c, g)
+        self.q, self.k, self.v = (torch.nn.Linear(c, c) for _ in range(3))
+        self.proj = torch.nn.Linear(c, c)
+        self.norm = torch.nn.LayerNorm(c)
+
+    def forward(self, x):  # x: [B, N, C], N sharded
+        w = torch.softmax(self.slice(self.norm(x)) / 0.5, dim=-1)            # [B, N, G], softmax over slices
+        mass = torch.einsum("bng->bg", w)                                      # sums over all points
+        tokens = torch.einsum("bnc,bng->bgc", x, w)
+        tokens = torch.einsum("bgc,bg->bgc", tokens, 1.0 / (mass + 1e-5))      # replicated [B, G, C]
+        att = F.scaled_dot_product_attention(self.q(tokens), self.k(tokens), self.v(tokens))
+        return x + self.proj(torch.einsum("bgc,bng->bnc", att, w))           # back to the points
+
+
+def _transolver_case(rank, world, mesh):
+    from meshshard.distributed import Shard, all_reduce
+    from meshshard.tensor import ShardTensor
+
+    sizes = Q_SIZES[world]
+    torch.manual_seed(0)
+    block = _SliceAttention(5, 3).double()
+    x = torch.randn(2, sum(sizes), 5, dtype=torch.float64)
+    xf = x.clone().requires_grad_()
+    ref = block(xf)
+    (ref ** 2).sum().backward()
+    ref_grads = [p.grad.clone() for p in block.parameters()]
+    block.zero_grad()
+    xl = _rows(x, sizes, rank, 1).clone().requires_grad_()
+    out = block(ShardTensor.from_local(xl, mesh, (Shard(1),), sharding_shapes={0: sizes}))
+    assert out.placements == (Shard(1),)
+    (out.to_local() ** 2).sum().backward()
+    _close(out.to_local(), _rows(ref.detach(), sizes, rank, 1), "transolver output", torch.float64)
+    _close(xl.grad, _rows(xf.grad, sizes, rank, 1), "transolver dx", torch.float64)
+    on_tokens = {id(p) for m in (block.q, block.k, block.v) for p in m.parameters()}
+    for p, r in zip(block.parameters(), ref_grads):
+        # parameters used on the sharded points hold partial sums (DDP convention: all-reduce);
+        # those used on the replicated slice tokens see the whole, already summed gradient
+        grad = p.grad if id(p) in on_tokens else all_reduce(p.grad.clone())
+        _close(grad, r, "transolver weight grad", torch.float64)
+
+
+def _dense_window(q, k, v, window):
+    """Neighbourhood attention as dense attention with a window mask over the flattened grid."""
+    nd = len(window)
+    grid = q.shape[q.dim() - 1 - nd:-1]
+    pos = torch.stack(torch.meshgrid(*[torch.arange(n) for n in grid], indexing="ij"), -1).reshape(-1, nd)
+    allowed = ((pos[:, None] - pos[None]).abs() <= torch.tensor([w // 2 for w in window])).all(-1)
+    flat = [t.reshape(t.shape[:q.dim() - 1 - nd] + (-1, t.shape[-1])) for t in (q, k, v)]
+    out = F.scaled_dot_product_attention(*flat, attn_mask=allowed)
+    return out.reshape(q.shape[:-1] + (v.shape[-1],))
+
+
+def _neighborhood_case(rank, world, mesh, shape, dim, window, dtype=torch.float64):
+    from meshshard.distributed import Shard
+    from meshshard.tensor import ShardTensor, neighborhood_attention
+
+    sizes = Q_SIZES[world]
+    g = torch.Generator().manual_seed(5)
+    full = [torch.randn(shape, generator=g, dtype=dtype) for _ in range(3)]
+    gout = torch.randn(shape, generator=g, dtype=dtype)
+    ref_in = [t.clone().requires_grad_() for t in full]
+    ref = _dense_window(*ref_in, window)
+    (ref * gout).sum().backward()
+    plain = neighborhood_attention(*full, window)
+    what = f"neighborhood {tuple(shape)} Shard({dim}) window {window}"
+    _close(plain, ref.detach(), f"{what} one process", dtype)
+    local = [_rows(t, sizes, rank, dim).clone().requires_grad_() for t in full]
+    sts = [ShardTensor.from_local(t, mesh, (Shard(dim),), sharding_shapes={0: sizes}) for t in local]
+    out = neighborhood_attention(*sts, window)
+    assert out.placements == (Shard(dim),)
+    (out.to_local() * _rows(gout, sizes, rank, dim)).sum().backward()
+    _close(out.to_local(), _rows(ref.detach(), sizes, rank, dim), what, dtype)
+    for t, r, name in zip(local, ref_in, "qkv"):
+        _close(t.grad, _rows(r.grad, sizes, rank, dim), f"{what} d{name}", dtype)
+
+
+def _mesh2d_case(rank):
+    from meshshard.distributed import Replicate, Shard, init_device_mesh
+    from meshshard.tensor import ShardTensor
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "domain"))
+    dom = mesh.get_local_rank(1)
+    qs, ks = [0, 5], [3, 2]
+    g = torch.Generator().manual_seed(11)
+    q, k, v = (torch.randn(1, 2, sum(s), 3, generator=g, dtype=torch.float64) for s in (qs, ks, ks))
+    full = [t.clone().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*full, is_causal=True)
+    ref.sum().backward()
+    local = [_rows(t, s, dom, 2).clone().requires_grad_() for t, s in zip((q, k, v), (qs, ks, ks))]
+    sts = [ShardTensor.from_local(t, mesh, (Replicate(), Shard(2)), sharding_shapes={1: s})
+           for t, s in zip(local, (qs, ks, ks))]
+    out = F.scaled_dot_product_attention(*sts, is_causal=True)
+    out.to_local().sum().backward()
+    _close(out.to_local(), _rows(ref.detach(), qs, dom, 2), "2-D mesh output", torch.float64)
+    for t, r, s, name in zip(local, full, (qs, ks, ks), "qkv"):
+        _close(t.grad, _rows(r.grad, s, dom, 2), f"2-D mesh d{name}", torch.float64)
+
+
+def _check(rank, world):
+    from meshshard.distributed import Replicate, Shard, init_device_mesh
+    from meshshard.tensor import ShardTensor
+
+    mesh = init_device_mesh("cpu", (world,))
+    boolean, additive = _masks(world)
+    for dtype in (torch.float64, torch.float32):
+        _sdpa_case(rank, world, mesh, dtype)
+        _sdpa_case(rank, world, mesh, dtype, is_causal=True)
+    _sdpa_case(rank, world, mesh, torch.float64, attn_mask=boolean)
+    _sdpa_case(rank, world, mesh, torch.float64, attn_mask=additive, scale=0.3)
+    _sdpa_case(rank, world, mesh, torch.float64, attn_mask=boolean, is_causal=False, kv_replicated=True)
+    _sdpa_case(rank, world, mesh, torch.float64, hk=1, enable_gqa=True, is_causal=True)
+    _transolver_case(rank, world, mesh)
+    n = sum(Q_SIZES[world])
+    _neighborhood_case(rank, world, mesh, (2, n, 3), 1, (3,))                      # 1-D
+    _neighborhood_case(rank, world, mesh, (1, 2, 4, n, 3), 3, (3, 5))              # 2-D, halo 2 > thin shards
+    _neighborhood_case(rank, world, mesh, (1, n, 3, 2, 3), 1, (5, 3, 1), torch.float32)  # 3-D
+
+    if world == 4:  # (dp x domain) mesh: the ring runs inside each domain group of global ranks
+        _mesh2d_case(rank)
+    q = ShardTensor.from_local(torch.randn(Q_SIZES[world][rank], 2, 3), mesh, (Shard(0),),
+                               sharding_shapes={0: Q_SIZES[world]})
+    _expect(NotImplementedError, lambda: F.scaled_dot_product_attention(q, q, q), "dim -2")
+    s = ShardTensor.from_local(torch.randn(1, Q_SIZES[world][rank], 3), mesh, (Shard(1),),
+                               sharding_shapes={0: Q_SIZES[world]})
+    _expect(NotImplementedError, lambda: F.scaled_dot_product_attention(s, s, s, dropout_p=0.1), "dropout_p")
+    _expect(NotImplementedError, lambda: F.scaled_dot_product_attention(s, s.to_local(), s), "plain key")
+    r = ShardTensor.from_local(torch.randn(1, 2, 3), mesh, (Replicate(),))
+    _expect(ValueError, lambda: F.scaled_dot_product_attention(s, s, r), "same layout")
+    return True
+
+
+@pytest.mark.parametrize("world", WORLD_SIZES)
+def test_ring_attention(world):
+    assert run_distributed(_check, world, timeout=TIMEOUT) == [True] * world

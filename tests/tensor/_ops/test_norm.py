@@ -1,0 +1,112 @@
+"""Norms with global statistics on 1-4 gloo ranks, uneven shards with a zero-row rank: unmodified
+``nn.BatchNorm1d/2d``, ``nn.GroupNorm``, ``nn.InstanceNorm1d``, ``nn.LayerNorm`` on ShardTensors
+sharded on the batch or a spatial / points dim, against the same module in one process: values,
+gradients of input, weight and bias (float64 1e-10, float32 1e-5), running statistics after two
+training steps (equal on every rank and to one process), eval mode; clear errors otherwise."""
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from meshshard.testing import run_distributed
+
+WORLD_SIZES = [1, 2, 3, 4]
+TIMEOUT = 240
+SIZES = {1: [7], 2: [0, 7], 3: [2, 0, 5], 4: [1, 3, 0, 4]}
+TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-5, atol=1e-5)}
+
+
+def _rows(t, sizes, rank, dim):
+    return t.narrow(dim, sum(sizes[:rank]), sizes[rank])
+
+
+def _close(a, b, what, dtype=torch.float64):
+    assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
+    assert torch.allclose(a, b, **TOL[dtype]), f"{what}: max diff {(a - b).abs().max().item()}"
+
+
+def _module_case(rank, world, mesh, module, shape, dim, dtype=torch.float64):
+    """Two training steps and one eval step of ``module`` on a ``shape`` tensor sharded along
+    ``dim`` (global size sum(SIZES[world]) there), vs a copy of the module in one process."""
+    from meshshard.distributed import Shard, all_reduce
+    from meshshard.tensor import ShardTensor
+
+    sizes = SIZES[world]
+    torch.manual_seed(1)
+    module = module.to(dtype)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(0.5, 1.5)
+    ref = copy.deepcopy(module)
+    what = f"{type(module).__name__} {tuple(shape)} Shard({dim}) {dtype}"
+    for step in range(3):
+        train = step < 2
+        module.train(train)
+        ref.train(train)
+        x = (torch.randn(shape, dtype=torch.float64) * 3 + step).to(dtype)
+        gout = torch.randn(shape, dtype=dtype)
+        xf = x.clone().requires_grad_()
+        expected = ref(xf)
+        (expected * gout).sum().backward()
+        xl = _rows(x, sizes, rank, dim).clone().requires_grad_()
+        out = module(ShardTensor.from_local(xl, mesh, (Shard(dim),), sharding_shapes={0: sizes}))
+        assert out.placements == (Shard(dim),) and out.shard_sizes() == sizes, what
+        (out.to_local() * _rows(gout, sizes, rank, dim)).sum().backward()
+        _close(out.to_local(), _rows(expected.detach(), sizes, rank, dim), f"{what} step {step} output", dtype)
+        _close(xl.grad, _rows(xf.grad, sizes, rank, dim), f"{what} step {step} input grad", dtype)
+        for (name, p), r in zip(module.named_parameters(), ref.parameters()):
+            # plain parameters hold this rank's partial sum (DDP convention: all-reduce them)
+            _close(all_reduce(p.grad.clone()), r.grad, f"{what} step {step} {name} grad", dtype)
+        module.zero_grad()
+        ref.zero_grad()
+    for (name, b), r in zip(module.named_buffers(), ref.buffers()):
+        assert torch.allclose(b.double(), r.double(), **TOL[dtype]), f"{what} buffer {name}: {b} vs {r}"
+    return [b.clone() for b in module.buffers()]
+
+
+def _expect(exc, fn, *words):
+    try:
+        fn()
+    except exc as e:  # noqa: PERF203
+        for w in words:
+            assert w in str(e), f"message {str(e)!r} lacks {w!r}"
+        return
+    raise AssertionError(f"expected {exc.__name__}")
+
+
+def _check(rank, world):
+    from meshshard.distributed import Shard, init_device_mesh
+    from meshshard.tensor import ShardTensor
+
+    mesh = init_device_mesh("cpu", (world,))
+    n = sum(SIZES[world])
+    nn = torch.nn
+    buffers = [
+        _module_case(rank, world, mesh, nn.BatchNorm1d(3), (n, 3, 2), 0),                  # batch dim
+        _module_case(rank, world, mesh, nn.BatchNorm1d(3), (n, 3, 2), 0, torch.float32),
+        _module_case(rank, world, mesh, nn.BatchNorm1d(3, momentum=None), (2, 3, n), 2),   # points dim
+        _module_case(rank, world, mesh, nn.BatchNorm2d(3), (2, 3, n, 2), 2),
+        _module_case(rank, world, mesh, nn.InstanceNorm1d(3, affine=True, track_running_stats=True), (2, 3, n), 2),
+        _module_case(rank, world, mesh, nn.InstanceNorm1d(3, affine=True, track_running_stats=True), (n, 3, 2), 0),
+    ]
+    _module_case(rank, world, mesh, nn.GroupNorm(2, 4), (2, 4, n, 2), 2)
+    _module_case(rank, world, mesh, nn.GroupNorm(2, 4), (2, 4, n, 2), 2, torch.float32)
+    _module_case(rank, world, mesh, nn.GroupNorm(2, 4), (n, 4, 3), 0)
+    _module_case(rank, world, mesh, nn.LayerNorm([n, 3]), (2, n, 3), 1)                  # over the sharded dim
+    _module_case(rank, world, mesh, nn.LayerNorm(3), (2, n, 3), 1)                       # features only
+
+    x = ShardTensor.from_local(torch.randn(2, SIZES[world][rank], 4), mesh, (Shard(1),),
+                               sharding_shapes={0: SIZES[world]})
+    _expect(NotImplementedError, lambda: F.batch_norm(x, None, None, training=True), "channel dim 1")
+    _expect(ValueError, lambda: F.group_norm(x.transpose(1, 2), 3), "divisible")
+    return buffers
+
+
+@pytest.mark.parametrize("world", WORLD_SIZES)
+def test_norms_with_global_statistics(world):
+    results = run_distributed(_check, world, timeout=TIMEOUT)
+    for buffers in results[1:]:  # running statistics identical on every rank
+        for case0, case in zip(results[0], buffers):
+            for a, b in zip(case0, case):
+                assert torch.equal(a, b)
