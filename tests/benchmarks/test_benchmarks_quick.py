@@ -84,6 +84,8 @@ def test_bench_shard_ops():
         cells = [c.strip() for c in rows[0].strip("|").split("|")]
         assert float(cells[1]) > 0 and float(cells[2]) > 0 and float(cells[3]) > 0, rows
         assert cells[4] == cells[5] and cells[6] == "1.00", rows  # the exchange moves exactly the halo
+
+
 @pytest.mark.timeout(250)
 def test_bench_attention_norm():
     out = _run("bench_attention_norm.py", 240)
