@@ -32,7 +32,6 @@ import contextlib
 import hashlib
 import inspect
 import weakref
-from typing import Optional
 
 import torch
 from torch import nn
