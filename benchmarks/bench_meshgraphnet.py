@@ -16,7 +16,7 @@ A second table compares the two ways of summing the replicated gradients at ever
 ``--quick``): today's
 explicit ``model.all_reduce_gradients()`` after backward, and :class:`meshshard.DomainParallel`,
 whose hooks reduce buckets of gradients asynchronously during backward (time per step and their
-ratio; the explicit runs are the ones of the first table).
+ratio; the two kinds of step alternate in one process group, so both see the same machine load).
 
 Memory: one float32 step needs about ``192 * N * hidden * layers`` bytes of activations on a gmsh
 triangle mesh (about 6 directed edges per node), about ``46 * N * hidden * layers`` with
@@ -151,11 +151,11 @@ def _rank(rank, world, shard_dir, cfg):
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     comm = _Timer()
     g.exchange = _timed_exchange(g.exchange, comm)
-    dp = ms.DomainParallel(model, g) if cfg["reduce"] == "hooks" else None
+    dp = ms.DomainParallel(model, g) if cfg["compare"] else None
 
-    def step():
+    def step(hooks=False):
         opt.zero_grad(set_to_none=True)
-        if dp is not None:  # gradients summed by DomainParallel's hooks during backward
+        if hooks:  # gradients summed by DomainParallel's hooks during backward
             loss = global_mse_loss(dp(x, g, e).to_local(), y)
             loss.backward()
         else:
@@ -166,6 +166,17 @@ def _rank(rank, world, shard_dir, cfg):
             comm.seconds += time.perf_counter() - t0
         opt.step()
         return float(loss.detach())
+
+    if cfg["compare"]:  # alternate the two kinds of step in one group, so both see the same load
+        timed = {False: 0.0, True: 0.0}
+        for i in range(cfg["warmup"] + 2 * cfg["steps"]):
+            hooks = i % 2 == 1
+            ms.distributed.barrier()
+            t0 = time.perf_counter()
+            step(hooks)
+            if i >= cfg["warmup"]:
+                timed[hooks] += time.perf_counter() - t0
+        return dict(rank=rank, explicit=timed[False] / cfg["steps"], hooks=timed[True] / cfg["steps"])
 
     for _ in range(cfg["warmup"]):
         step()
@@ -201,7 +212,7 @@ def main(argv=None) -> int:
     for k in ("nodes", "hidden", "layers"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
-    cfg.update(steps=args.steps, checkpoint=args.checkpoint, cores=args.cores, reduce="explicit")
+    cfg.update(steps=args.steps, checkpoint=args.checkpoint, cores=args.cores, compare=False)
     worlds = [int(w) for w in args.worlds.split(",")]
     need = estimate_step_bytes(cfg["nodes"], cfg["hidden"], cfg["layers"], cfg["checkpoint"])
     avail = _available_bytes()
@@ -244,7 +255,7 @@ def main(argv=None) -> int:
             print(f"  P={world}: done in {time.perf_counter() - t1:.1f} s", flush=True)
             rows.append((world, res))
             if world in hook_worlds:
-                res = run_distributed(_rank, world, args=(str(shard), dict(cfg, reduce="hooks")), timeout=3600)
+                res = run_distributed(_rank, world, args=(str(shard), dict(cfg, compare=True)), timeout=3600)
                 hook_rows.append((world, res))
     base = rows[0][1][0]
     print()
@@ -260,10 +271,9 @@ def main(argv=None) -> int:
     print()
     print("| P | s/step, explicit all_reduce_gradients() | s/step, DomainParallel hooks | ratio hooks / explicit |")
     print("|---|---|---|---|")
-    explicit = dict(rows)
     for world, res in hook_rows:
-        base_sec = max(r["seconds"] for r in explicit[world])
-        sec = max(r["seconds"] for r in res)
+        base_sec = max(r["explicit"] for r in res)
+        sec = max(r["hooks"] for r in res)
         print(f"| {world} | {base_sec:.3f} | {sec:.3f} | {sec / base_sec:.2f} |")
     return 0
 
