@@ -251,7 +251,10 @@ class _GradReducer:
         self.local_grads = False  # .grad holds unreduced sums (no_sync accumulation)
 
     def prepare(self, sync: bool) -> None:
-        """Arm the hooks for the coming backward (``sync``) or let it accumulate locally."""
+        """Arm the hooks for the backward of a forward run with grad enabled: reduce (``sync``) or
+        let it accumulate locally."""
+        if not torch.is_grad_enabled():
+            return
         self.active = sync and msd.is_initialized() and msd.get_world_size(self.group) > 1
         if not sync:
             self.local_grads = True
@@ -387,7 +390,7 @@ class DomainParallel(nn.Module):
             if g is None:
                 raise TypeError("DomainParallel: pass the ShardedGraph as dp(x, g, ...) or DomainParallel(model, graph=g)")
         mesh = x.device_mesh if isinstance(x, ShardTensor) else self.mesh
-        self._reducer.prepare(self._sync and torch.is_grad_enabled())
+        self._reducer.prepare(self._sync)
         out = sharded_forward(self.module, x, g, args, kwargs, exchange=self.exchange)
         first = out[0] if isinstance(out, tuple) else out
         st = ShardTensor.from_local(first, mesh, [msd.Shard(0)], sharding_shapes=list(g.sizes))

@@ -8,7 +8,8 @@ DomainParallel's hooks, no explicit call) and the parameters after one optimizer
 between global-edge and local-edge rows, graphs between halo_hops=1 (one exchange per layer) and
 halo_hops=2 (one exchange per call); world size W uses partition method ``METHODS[W]`` and runs
 the cases of its parity (each case at two world sizes). Inside the
-group: the replica check at wrap time, refused layers, ``no_sync`` accumulation.
+group: the replica check at wrap time, refused layers, ``no_sync`` accumulation and accumulation
+across steps without zeroing the gradients.
 """
 import pytest
 import torch
@@ -159,6 +160,13 @@ def _check(rank, world, data_dir):
     torch.nn.functional.mse_loss(ref(x, ei), y).backward()
     for p, pr in zip(model.parameters(), ref.parameters()):
         _close(p.grad, 3 * pr.grad, torch.float64, "no_sync accumulation")
+    # an evaluation call in between leaves the reduced gradients as they are: the next backward
+    # adds one more (reduced) gradient, it does not sum the earlier ones over the ranks again
+    with torch.no_grad():
+        dp(x[g.owned_ids])
+    global_mse_loss(dp(x[g.owned_ids]).to_local(), y[g.owned_ids]).backward()
+    for p, pr in zip(model.parameters(), ref.parameters()):
+        _close(p.grad, 4 * pr.grad, torch.float64, "accumulation after an evaluation call")
 
     # refused layers
     from torch_geometric.nn import ChebConv
