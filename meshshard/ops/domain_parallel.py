@@ -103,8 +103,8 @@ def _localize(t, g, e_used: int, n_global_edges: int, exchange_nodes: bool, what
 def sharded_forward(module: nn.Module, x, g, args=(), kwargs=None, *, exchange: str = "auto"):
     """Run ``module(x, edge_index, *args, **kwargs)`` on this rank's part of ``g`` (collective).
 
-    The single-process call of :class:`DomainParallel` without the gradient hooks (used by
-    ``MeshGraphNet(..., graph=g)``); see the module docstring for the modes.
+    What :class:`DomainParallel` runs on each rank, without its gradient hooks and ShardTensor
+    output (``MeshGraphNet(..., graph=g)`` calls it); see the module docstring for the modes.
 
     Args:
         module: the model; called as ``module(x_local, edge_index_local, *args, **kwargs)``.
@@ -133,9 +133,8 @@ def sharded_forward(module: nn.Module, x, g, args=(), kwargs=None, *, exchange: 
     _refuse_global_statistics(module)
     mode = exchange
     if mode == "auto":
-        known = _PROPAGATIONS.get(module)
-        fits = g.halo_hops > 1 if known is None else known <= g.halo_hops
-        mode = "once" if fits and g.halo_hops > 1 else "per_layer"
+        known = _PROPAGATIONS.get(module)  # None: try "once", learn the count, fall back if it does not fit
+        mode = "once" if g.halo_hops > 1 and (known is None or known <= g.halo_hops) else "per_layer"
     n_global_edges = _num_global_edges(g)
     once = mode == "once"
     e_used = g.edge_index.shape[1] if once else int(g.edge_hop_ptr[1])
