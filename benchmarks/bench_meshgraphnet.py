@@ -12,6 +12,12 @@ time per step (forward + backward + gradient all-reduce + Adam), and the fractio
 halo exchanges (forward and backward, timed around ``ShardedGraph.exchange``) and the gradient
 all-reduce. The baseline P = 1 is measured in the same run, in the same kind of process.
 
+A second table compares the two ways of summing the replicated gradients at every P > 1 (P = 2 with
+``--quick``): today's
+explicit ``model.all_reduce_gradients()`` after backward, and :class:`meshshard.DomainParallel`,
+whose hooks reduce buckets of gradients asynchronously during backward (time per step and their
+ratio; the two kinds of step alternate in one process group, so both see the same machine load).
+
 Memory: one float32 step needs about ``192 * N * hidden * layers`` bytes of activations on a gmsh
 triangle mesh (about 6 directed edges per node), about ``46 * N * hidden * layers`` with
 ``--checkpoint`` (measured at 8k nodes: 360 and 87 KiB per node at hidden 128, 15 layers). At
@@ -145,16 +151,32 @@ def _rank(rank, world, shard_dir, cfg):
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     comm = _Timer()
     g.exchange = _timed_exchange(g.exchange, comm)
+    dp = ms.DomainParallel(model, g) if cfg["compare"] else None
 
-    def step():
+    def step(hooks=False):
         opt.zero_grad(set_to_none=True)
-        loss = global_mse_loss(model(x, e, graph=g), y)
-        loss.backward()
-        t0 = time.perf_counter()
-        model.all_reduce_gradients()
-        comm.seconds += time.perf_counter() - t0
+        if hooks:  # gradients summed by DomainParallel's hooks during backward
+            loss = global_mse_loss(dp(x, g, e).to_local(), y)
+            loss.backward()
+        else:
+            loss = global_mse_loss(model(x, e, graph=g), y)
+            loss.backward()
+            t0 = time.perf_counter()
+            model.all_reduce_gradients()
+            comm.seconds += time.perf_counter() - t0
         opt.step()
         return float(loss.detach())
+
+    if cfg["compare"]:  # alternate the two kinds of step in one group, so both see the same load
+        timed = {False: 0.0, True: 0.0}
+        for i in range(cfg["warmup"] + 2 * cfg["steps"]):
+            hooks = i % 2 == 1
+            ms.distributed.barrier()
+            t0 = time.perf_counter()
+            step(hooks)
+            if i >= cfg["warmup"]:
+                timed[hooks] += time.perf_counter() - t0
+        return dict(rank=rank, explicit=timed[False] / cfg["steps"], hooks=timed[True] / cfg["steps"])
 
     for _ in range(cfg["warmup"]):
         step()
@@ -190,7 +212,7 @@ def main(argv=None) -> int:
     for k in ("nodes", "hidden", "layers"):
         if getattr(args, k) is not None:
             cfg[k] = getattr(args, k)
-    cfg.update(steps=args.steps, checkpoint=args.checkpoint, cores=args.cores)
+    cfg.update(steps=args.steps, checkpoint=args.checkpoint, cores=args.cores, compare=False)
     worlds = [int(w) for w in args.worlds.split(",")]
     need = estimate_step_bytes(cfg["nodes"], cfg["hidden"], cfg["layers"], cfg["checkpoint"])
     avail = _available_bytes()
@@ -221,7 +243,8 @@ def main(argv=None) -> int:
           f"MeshGraphNet hidden={cfg['hidden']} layers={cfg['layers']} float32"
           f"{' + activation checkpointing' if cfg['checkpoint'] else ''}; {cfg['cores']} cores shared by the ranks; "
           f"{cfg['steps']} timed step(s)", flush=True)
-    rows = []
+    rows, hook_rows = [], []
+    hook_worlds = [2] if args.quick else [w for w in worlds if w > 1]  # --quick: P=2 only, to stay short
     with tempfile.TemporaryDirectory() as tmp:
         for world in worlds:
             part = ms.partition(mesh.points, world, method=args.method, edge_index=ei)
@@ -231,6 +254,9 @@ def main(argv=None) -> int:
             res = run_distributed(_rank, world, args=(str(shard), cfg), timeout=3600)
             print(f"  P={world}: done in {time.perf_counter() - t1:.1f} s", flush=True)
             rows.append((world, res))
+            if world in hook_worlds:
+                res = run_distributed(_rank, world, args=(str(shard), dict(cfg, compare=True)), timeout=3600)
+                hook_rows.append((world, res))
     base = rows[0][1][0]
     print()
     print("| P | max owned nodes | max ghosts | peak step memory (worst rank) | fraction of P=1 | target 1/P+0.1 | s/step | speedup | comm fraction |")
@@ -242,6 +268,13 @@ def main(argv=None) -> int:
         frac = peak / base["peak"]
         print(f"| {world} | {max(r['owned'] for r in res)} | {max(r['ghost'] for r in res)} | {peak / 2**20:.0f} MiB | "
               f"{frac:.3f} | {1 / world + 0.1:.3f} | {sec:.2f} | {base['seconds'] / sec:.2f} | {comm:.3f} |")
+    print()
+    print("| P | s/step, explicit all_reduce_gradients() | s/step, DomainParallel hooks | ratio hooks / explicit |")
+    print("|---|---|---|---|")
+    for world, res in hook_rows:
+        base_sec = max(r["explicit"] for r in res)
+        sec = max(r["hooks"] for r in res)
+        print(f"| {world} | {base_sec:.3f} | {sec:.3f} | {sec / base_sec:.2f} |")
     return 0
 
 

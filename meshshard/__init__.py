@@ -38,6 +38,7 @@ _EXPORTS = {
     "ShardedGraph": "meshshard.graph",
     # layer 3: ops
     "partition_distributed": "meshshard.ops",
+    "DomainParallel": "meshshard.ops",
 }
 
 _SUBMODULES = {"io", "partitioners", "distributed", "tensor", "graph", "ops", "models", "datasets", "viz", "cli", "testing"}
@@ -66,6 +67,6 @@ if TYPE_CHECKING:  # pragma: no cover - for static analysers only
                                        get_rank, get_world_size, init_device_mesh, init_distributed)
     from meshshard.graph import ShardedGraph
     from meshshard.io import Mesh, knn_graph, read_mesh
-    from meshshard.ops import partition_distributed
+    from meshshard.ops import DomainParallel, partition_distributed
     from meshshard.partitioners import Partition, partition, partition_quality
     from meshshard.tensor import ShardTensor, scatter_tensor

@@ -26,6 +26,7 @@ __all__ = [
     "all_gather_sizes",
     "all_gather_object",
     "all_reduce",
+    "all_reduce_async",
     "broadcast",
     "barrier",
     "batch_isend_irecv",
@@ -203,6 +204,46 @@ def all_reduce(t: torch.Tensor, op=ReduceOp.SUM, group=None) -> torch.Tensor:
     if dev_t is not t:
         t.copy_(dev_t)
     return t
+
+
+class _ReduceWork:
+    """Handle of :func:`all_reduce_async`: ``wait()`` finishes the reduction into the input tensor."""
+
+    __slots__ = ("work", "dev_t", "t")
+
+    def __init__(self, work, dev_t: torch.Tensor, t: torch.Tensor):
+        self.work, self.dev_t, self.t = work, dev_t, t
+
+    def wait(self) -> torch.Tensor:
+        if self.work is not None:
+            with _naming_lost_ranks("all_reduce_async"):
+                self.work.wait()
+            self.work = None
+            if self.dev_t is not self.t:
+                self.t.copy_(self.dev_t)
+        return self.t
+
+
+def all_reduce_async(t: torch.Tensor, op=ReduceOp.SUM, group=None) -> _ReduceWork:
+    """Start an in-place all-reduce of ``t``; the returned handle's ``wait()`` completes it.
+
+    Overlaps communication with computation (e.g. gradient buckets during backward). Every
+    rank must start its async reductions in the same order.
+
+    Args:
+        t: any shape; the same shape and dtype on every rank; not to be read before ``wait()``.
+        op: a :class:`ReduceOp` (default ``SUM``).
+        group: process group (``None``: the default group).
+
+    Returns:
+        A handle with ``wait() -> t`` (a no-op handle without a process group).
+    """
+    if _single(group):
+        return _ReduceWork(None, t, t)
+    dev_t = _to_comm(t, group)
+    with _naming_lost_ranks("all_reduce_async"):
+        work = dist.all_reduce(dev_t, op=op, group=group, async_op=True)
+    return _ReduceWork(work, dev_t, t)
 
 
 def broadcast(t: torch.Tensor, src: int = 0, group=None) -> torch.Tensor:

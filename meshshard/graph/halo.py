@@ -1,7 +1,8 @@
 """Halo (ghost node) construction: which nodes and edges a rank needs for ``k`` message-passing layers.
 
-Pure single-process functions on a global graph; :mod:`meshshard.graph.sharded_graph` adds the
-distributed construction for ranks that hold only their own edges.
+Single-process construction from a global graph (:class:`HaloBuilder`, :func:`build_all_parts`),
+and the distributed one for ranks that hold only the edges into their own nodes
+(:func:`build_halo_distributed`); :class:`meshshard.graph.ShardedGraph` is built from these.
 
 Terminology. A rank *owns* a set of nodes. Its *ring* ``0`` is the owned set; ring ``h`` holds the
 nodes at in-edge distance ``h`` from it (sources of edges whose target is in ring ``h - 1``, not
@@ -12,12 +13,16 @@ compute owned outputs without another exchange (layer ``l`` is exact on rings ``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-__all__ = ["HaloLayout", "HaloBuilder", "check_edge_index", "build_halo", "build_halos", "order_layout"]
+from meshshard import distributed as msd
+from meshshard.graph.plan import ExchangePlan, plans_from_requests
+
+__all__ = ["HaloLayout", "HaloBuilder", "check_edge_index", "build_halo", "build_halos", "order_layout",
+           "build_all_parts", "iter_all_parts", "builder_and_plans", "build_halo_distributed"]
 
 
 @dataclass
@@ -279,3 +284,122 @@ def build_halo(edge_index: torch.Tensor, partition, rank: int, num_hops: int = 1
         :class:`HaloLayout`.
     """
     return build_halos(edge_index, partition, num_hops, [rank])[0]
+
+
+def iter_all_parts(edge_index: torch.Tensor, partition, halo_hops: int = 1) -> Iterator[Tuple[HaloLayout, ExchangePlan]]:
+    """Layout and exchange plan of every part in rank order, single process (used by ``save_parts``).
+
+    Every part's ghost list is found first (to plan the exchange); each part's edges are built
+    only when it is reached, so a writer holds one part's ``[2, E_local]`` arrays at a time.
+
+    Args:
+        edge_index: ``LongTensor [2, E]`` global edges, validated.
+        partition: :class:`meshshard.partitioners.Partition` of the ``N`` nodes.
+        halo_hops: halo depth ``k >= 1``.
+
+    Returns:
+        an iterator of ``(HaloLayout, ExchangePlan)``, one pair per part.
+    """
+    builder, plans = builder_and_plans(edge_index, partition, halo_hops)
+    for r in range(partition.num_parts):
+        yield builder.layout(r), plans[r]
+
+
+def builder_and_plans(edge_index: torch.Tensor, partition, halo_hops: int):
+    """A :class:`HaloBuilder` and every part's :class:`ExchangePlan` (from every part's ghost list).
+
+    Args:
+        edge_index: ``LongTensor [2, E]`` global edges, validated.
+        partition: :class:`meshshard.partitioners.Partition` of the ``N`` nodes.
+        halo_hops: halo depth ``k >= 1``.
+
+    Returns:
+        ``(builder, plans)``.
+    """
+    builder = HaloBuilder(edge_index, partition, halo_hops)
+    ghosts = [builder.ghosts(r) for r in range(partition.num_parts)]
+    return builder, plans_from_requests([g[0] for g in ghosts], [g[1] for g in ghosts])
+
+
+def build_all_parts(edge_index: torch.Tensor, partition, halo_hops: int = 1):
+    """Layouts and exchange plans of every part, single process (:func:`iter_all_parts` as lists).
+
+    Args:
+        edge_index: ``LongTensor [2, E]`` global edges, validated.
+        partition: :class:`meshshard.partitioners.Partition` of the ``N`` nodes.
+        halo_hops: halo depth ``k >= 1``.
+
+    Returns:
+        ``(layouts, plans)``: lists of :class:`HaloLayout` and :class:`ExchangePlan`, one per part.
+    """
+    pairs = list(iter_all_parts(edge_index, partition, halo_hops))
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def build_halo_distributed(edge_index: torch.Tensor, sizes: Sequence[int], halo_hops: int = 1, group=None) -> HaloLayout:
+    """This rank's :class:`HaloLayout` when each rank holds only the edges into its own nodes (collective).
+
+    Node ids are "ShardTensor order" global ids (rank ``r`` owns ``offsets[r]..offsets[r+1]-1``);
+    edges are numbered by concatenating the ranks' lists in rank order. Ring ``h > 1`` is found
+    by asking the owners of ring ``h - 1`` for their in-edges (two ``all_to_all_single`` per ring).
+
+    Args:
+        edge_index: ``LongTensor [2, E_r]`` this rank's edges, validated (targets owned here).
+        sizes: owned node count of every rank.
+        halo_hops: halo depth ``k >= 1``.
+        group: process group.
+
+    Returns:
+        :class:`HaloLayout`.
+    """
+    ei, sz = edge_index, [int(n) for n in sizes]
+    rank, world = msd.get_rank(group), msd.get_world_size(group)
+    offsets = torch.zeros(world + 1, dtype=torch.long)
+    offsets[1:] = torch.cumsum(torch.tensor(sz, dtype=torch.long), 0)
+    lo, hi = int(offsets[rank]), int(offsets[rank + 1])
+    edge_counts = msd.all_gather_sizes([ei.shape[1]], group).view(-1)
+    eid0 = int(edge_counts[:rank].sum())
+    src, dst = ei[0], ei[1]
+    eids = torch.arange(eid0, eid0 + ei.shape[1], dtype=torch.long)
+
+    def owner_of(g):
+        return torch.searchsorted(offsets, g, right=True) - 1
+
+    # CSR of local edges by target, to answer other ranks' requests for in-edges (k > 1).
+    order = torch.argsort(dst - lo, stable=True)
+    csr_dst, csr_src, csr_eid = dst[order], src[order], eids[order]
+    rowptr = torch.zeros(hi - lo + 1, dtype=torch.long)
+    rowptr[1:] = torch.cumsum(torch.bincount(dst - lo, minlength=hi - lo), 0)
+
+    known = torch.arange(lo, hi, dtype=torch.long)  # sorted
+    e_src, e_dst, e_id, e_hop = [src], [dst], [eids], [torch.zeros(src.numel(), dtype=torch.long)]
+    rings: List[torch.Tensor] = []
+    new = torch.unique(src[(src < lo) | (src >= hi)])
+    rings.append(new)
+    known = torch.unique(torch.cat([known, new]))
+    dev = msd.comm_device(group)
+    for h in range(2, halo_hops + 1):
+        want = rings[-1]  # sorted, so grouped by owner
+        want_counts = torch.bincount(owner_of(want), minlength=world) if want.numel() else torch.zeros(world, dtype=torch.long)
+        give_counts = msd.all_to_all_single(want_counts.to(dev), [1] * world, [1] * world, group).cpu()
+        asked = msd.all_to_all_single(want.to(dev), give_counts.tolist(), want_counts.tolist(), group).cpu()
+        # Reply with (src, dst, eid) of every local edge into each asked node, per asker.
+        loc = asked - lo
+        starts, ends = rowptr[loc], rowptr[loc + 1]
+        per_node = ends - starts
+        idx = torch.repeat_interleave(starts, per_node) + (
+            torch.arange(int(per_node.sum())) - torch.repeat_interleave(torch.cumsum(per_node, 0) - per_node, per_node))
+        reply = torch.stack([csr_src[idx], csr_dst[idx], csr_eid[idx]], 1)
+        asker = torch.repeat_interleave(torch.repeat_interleave(torch.arange(world), give_counts), per_node)
+        reply_counts = torch.bincount(asker, minlength=world) if asker.numel() else torch.zeros(world, dtype=torch.long)
+        back_counts = msd.all_to_all_single(reply_counts.to(dev), [1] * world, [1] * world, group).cpu()
+        got = msd.all_to_all_single(reply.to(dev), back_counts.tolist(), reply_counts.tolist(), group).cpu()
+        e_src.append(got[:, 0]); e_dst.append(got[:, 1]); e_id.append(got[:, 2])
+        e_hop.append(torch.full((got.shape[0],), h - 1, dtype=torch.long))
+        cand = torch.unique(got[:, 0])
+        new = cand[~torch.isin(cand, known)]
+        rings.append(new)
+        known = torch.unique(torch.cat([known, new]))
+    return order_layout(
+        torch.arange(lo, hi, dtype=torch.long), rings, owner_of, lambda g: g - offsets[owner_of(g)],
+        torch.cat(e_src), torch.cat(e_dst), torch.cat(e_id), torch.cat(e_hop), halo_hops)

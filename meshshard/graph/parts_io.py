@@ -102,7 +102,8 @@ def save_parts(
     Returns:
         ``Path`` of ``out_dir``.
     """
-    from meshshard.graph.sharded_graph import _check_hops, iter_all_parts
+    from meshshard.graph.halo import iter_all_parts
+    from meshshard.graph.sharded_graph import _check_hops
     from meshshard.partitioners import Partition
 
     if not isinstance(partition, Partition):

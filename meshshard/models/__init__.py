@@ -7,7 +7,7 @@
 - :func:`all_reduce_gradients`, :func:`broadcast_parameters`: keep replicated parameters equal.
 """
 from meshshard.models.meshgraphnet import MeshGraphNet, ProcessorBlock
-from meshshard.models.mlp import MLP
+from meshshard.ops.conv import MLP
 from meshshard.models.training import train_step
 from meshshard.models.parallel import all_reduce_gradients, broadcast_parameters, global_mse_loss, global_sum_and_count
 

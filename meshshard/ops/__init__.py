@@ -23,6 +23,9 @@ _EXPORTS = {
     "radius_search": "meshshard.ops.knn",
     "ShardedConv": "meshshard.ops.conv",
     "MeshGraphNetBlock": "meshshard.ops.conv",
+    "MLP": "meshshard.ops.conv",
+    "DomainParallel": "meshshard.ops.domain_parallel",
+    "sharded_forward": "meshshard.ops.domain_parallel",
     "partition_distributed": "meshshard.ops.partition",
     "DistributedPartition": "meshshard.ops.partition",
 }

@@ -27,10 +27,13 @@ the whole-graph layer: ``SAGEConv``, ``GraphConv``, ``GINConv``/``GINEConv``,
 ``LEConv``, ``MFConv``, the MeshGraphNet block below; custom layers written the same way work too.
 Layers that normalise by the symmetric degree through PyG's ``gcn_norm`` (tested: ``GCNConv``,
 ``LGConv``, ``SGConv``, ``APPNP``, ``TAGConv``, ``ARMAConv``, ``SSGConv``, ``MixHopConv``) also
-need the degree of ghost (source) nodes: while the layer runs, ``gcn_norm`` is
-replaced by a version that takes every local node's *global* degree (owned nodes' degrees from their
-local in-edges, ghosts' from their owners by one exchange of the degree vector, cached per graph
-in ``g.cache`` when there are no edge weights), so the normalised weights equal the whole-graph ones.
+need the degree of ghost (source) nodes. An adapter keyed by layer class (:data:`_GCN_FAMILY`) gets
+every local node's *global* degree (owned nodes' from their local in-edges, ghosts' from their owners
+by one exchange of the degree vector, cached per graph in ``g.cache`` when there are no edge weights)
+and hands the layer, through a per-call forward pre-hook on that layer instance, an ``edge_index``
+plus ``edge_weight`` for which the layer's own ``gcn_norm`` computes the whole-graph weights: every
+node whose in-edges are not local (the outermost rings) gets a self loop weighted by its global
+degree. Only those nodes' outputs change, and they are not exact anyway. PyG itself is not patched.
 Layers that propagate ``K`` times per call (``SGConv``, ``APPNP``, ``TAGConv``, ...: ``K`` hops) need the
 halo mode with ``K`` hops left; ``ShardedConv`` counts the ``propagate`` calls of each call and raises
 when they exceed the hops available (1 in exchange mode). Layers that need what no rank sees are
@@ -39,28 +42,25 @@ refused when wrapped: ``ChebConv`` (normalises by out-degree), ``DynamicEdgeConv
 ``DirGNNConv`` (aggregates along reversed edges too) and any ``flow="target_to_source"`` layer.
 Random layers (dropout in training mode) give equal results only when their randomness is off.
 
-The ``gcn_norm`` substitution patches the module-level name in the layer's module for the duration
-of the call (restored afterwards); do not run a wrapped and an unwrapped GCN-type layer of the same
-module concurrently in two threads.
-
 Parameters stay plain replicated tensors; with a loss that sums over owned nodes of all ranks,
 each rank's parameter gradients are partial sums: call :func:`all_reduce_gradients` before the
-optimizer step.
+optimizer step, or wrap the whole model in :class:`meshshard.DomainParallel`, which sums them
+during backward.
 """
 from __future__ import annotations
 
 import contextlib
-import sys
-from typing import Iterable, Optional, Union
+import inspect
+from typing import Iterable, Optional, Type, Union
 
 import torch
 from torch import nn
 from torch_geometric.nn import MessagePassing
-from torch_geometric.nn.conv import gcn_conv as _gcn_conv_module
+from torch_geometric.nn import conv as pyg_conv
 
 from meshshard import distributed as msd
 
-__all__ = ["ShardedConv", "MeshGraphNetBlock", "all_reduce_gradients"]
+__all__ = ["ShardedConv", "MeshGraphNetBlock", "MLP", "all_reduce_gradients"]
 
 # Layers whose output needs information no rank holds; wrapping them raises with the reason.
 _NON_LOCAL = {
@@ -73,7 +73,40 @@ _NON_LOCAL = {
     "GravNetConv": "it builds its own kNN graph from all nodes' features; build the graph with "
                    "meshshard.ops.sharded_knn(return_graph=True) and wrap a local layer instead",
 }
-_GCN_NORM = _gcn_conv_module.gcn_norm
+# Layers that normalise with PyG's gcn_norm: class -> (improved, add_self_loops) of their call, or
+# None when the instance does not normalise (normalize=False).
+_GCN_FAMILY = {
+    pyg_conv.GCNConv: lambda m: (m.improved, m.add_self_loops) if m.normalize else None,
+    pyg_conv.LGConv: lambda m: (False, False) if m.normalize else None,
+    pyg_conv.SGConv: lambda m: (False, m.add_self_loops),
+    pyg_conv.APPNP: lambda m: (False, m.add_self_loops) if m.normalize else None,
+    pyg_conv.TAGConv: lambda m: (False, False) if m.normalize else None,
+    pyg_conv.ARMAConv: lambda m: (False, False),
+    pyg_conv.SSGConv: lambda m: (False, m.add_self_loops),
+    pyg_conv.MixHopConv: lambda m: (False, m.add_self_loops),
+}
+
+
+def refuse_non_local(module: nn.Module, who: str) -> None:
+    """Raise if ``module`` holds a layer no rank can compute exactly (see the module docstring).
+
+    Args:
+        module: the module to inspect (all submodules).
+        who: the wrapper's name, for the message.
+
+    Raises:
+        ValueError: naming the layer and the reason.
+    """
+    for m in module.modules():
+        for cls in type(m).__mro__:
+            reason = _NON_LOCAL.get(cls.__name__) if cls.__module__.startswith("torch_geometric") else None
+            if reason is not None:
+                raise ValueError(f"{who} cannot make {type(m).__name__} ({cls.__name__}) exact: {reason}")
+    for m in _message_passing_modules(module):
+        flow = getattr(m, "flow", "source_to_target")
+        if flow != "source_to_target":
+            raise ValueError(f"{who} supports flow='source_to_target' (PyG's default), got {flow!r} "
+                             f"in {type(m).__name__}")
 
 
 def all_reduce_gradients(module_or_params: Union[nn.Module, Iterable[torch.Tensor]], group=None) -> None:
@@ -162,16 +195,7 @@ class ShardedConv(nn.Module):
         super().__init__()
         if not isinstance(conv, nn.Module):
             raise TypeError(f"ShardedConv wraps a torch.nn.Module (a PyG MessagePassing layer), got {type(conv).__name__}")
-        for m in conv.modules():
-            for cls in type(m).__mro__:
-                reason = _NON_LOCAL.get(cls.__name__) if cls.__module__.startswith("torch_geometric") else None
-                if reason is not None:
-                    raise ValueError(f"ShardedConv cannot make {type(m).__name__} ({cls.__name__}) exact: {reason}")
-        for m in _message_passing_modules(conv):
-            flow = getattr(m, "flow", "source_to_target")
-            if flow != "source_to_target":
-                raise ValueError(f"ShardedConv supports flow='source_to_target' (PyG's default), got {flow!r} "
-                                 f"in {type(m).__name__}")
+        refuse_non_local(conv, "ShardedConv")
         if hops is not None and (isinstance(hops, bool) or not isinstance(hops, int) or hops < 1):
             raise ValueError(f"hops must be None or an int >= 1, got {hops!r}")
         self.conv = conv
@@ -235,7 +259,7 @@ class ShardedConv(nn.Module):
             kwargs["edge_attr"] = edge_attr
         if edge_weight is not None:
             kwargs["edge_weight"] = edge_weight
-        with _count_propagations(self.conv) as count, _global_gcn_norm(self.conv, g):
+        with _count_propagations(self.conv) as count, _gcn_adapters(self.conv, g, 1 if exchange else hops):
             out = self.conv(x_ext, ei, **kwargs)
         used = self.hops if self.hops is not None else count[0]
         if used > budget:
@@ -270,98 +294,183 @@ def _count_propagations(conv: nn.Module):
             h.remove()
 
 
-@contextlib.contextmanager
-def _global_gcn_norm(conv: nn.Module, g):
-    """Swap PyG's ``gcn_norm`` for :func:`_gcn_norm_global` in the modules of ``conv``'s layers."""
-    patched = []
-    for m in _message_passing_modules(conv):
-        mod = sys.modules.get(type(m).__module__)
-        current = getattr(mod, "gcn_norm", None) if mod is not None else None
-        if current is _GCN_NORM and all(mod is not p for p, _ in patched):
-            patched.append((mod, current))
-
-    def gcn_norm(edge_index, edge_weight=None, num_nodes=None, improved=False, add_self_loops=True,
-                 flow="source_to_target", dtype=None):
-        return _gcn_norm_global(g, edge_index, edge_weight, num_nodes, improved, add_self_loops, flow, dtype)
-
-    for mod, _ in patched:
-        mod.gcn_norm = gcn_norm
-    try:
-        yield
-    finally:
-        for mod, previous in reversed(patched):
-            mod.gcn_norm = previous
+def gcn_flags(module: nn.Module):
+    """``(improved, add_self_loops)`` of a ``gcn_norm``-normalised layer, or ``None`` for other layers."""
+    for cls in type(module).__mro__:
+        if cls in _GCN_FAMILY:
+            return _GCN_FAMILY[cls](module)
+    return None
 
 
-def _gcn_norm_global(g, edge_index, edge_weight, num_nodes, improved, add_self_loops, flow, dtype):
-    """PyG's ``gcn_norm`` with the *global* degree of every local node (ghosts' from their owners).
+def global_gcn_inputs(g, edge_index, edge_weight, rings: int, improved: bool, add_self_loops: bool, dtype):
+    """``(edge_index, edge_weight)`` for which PyG's ``gcn_norm`` on this rank gives whole-graph weights.
 
-    Owned nodes have all their in-edges on this rank, so their degree is local; ghost rows get
-    theirs from their owners by one :meth:`ShardedGraph.exchange` of the owned degrees (cached in
-    ``g.cache`` when there are no edge weights: the degree then depends on the graph only).
+    ``edge_index`` holds the local edges into rings ``0..rings-1`` (every in-edge of those nodes),
+    so their local degree is global; nodes of rings ``>= rings`` have no local in-edge, and each
+    gets a self loop weighted by its global degree (owned degrees exchanged once: cached in
+    ``g.cache`` without edge weights). ``gcn_norm`` keeps an existing self loop, so its degree of
+    every local node is then the global one. Only the outer nodes' own outputs change (they are
+    not exact anyway).
+
+    Args:
+        g: the :class:`ShardedGraph`.
+        edge_index: ``[2, E]`` local ids, a prefix of ``g.edge_index``.
+        edge_weight: ``[E]`` or ``None`` (ones).
+        rings: rings whose in-edges ``edge_index`` holds (``>= 1``).
+        improved, add_self_loops: the layer's ``gcn_norm`` arguments.
+        dtype: dtype of the weights when ``edge_weight`` is ``None``.
 
     Returns:
-        ``(edge_index with self loops, normalised edge weights)``, as ``gcn_norm``.
+        ``edge_index [2, E + n_outer]``, ``edge_weight [E + n_outer]``.
     """
     from torch_geometric.utils import add_remaining_self_loops, scatter
 
     if not isinstance(edge_index, torch.Tensor) or edge_index.is_sparse:
-        raise TypeError("ShardedConv: gcn_norm on a sharded graph takes a [2, E] edge_index tensor")
-    if flow != "source_to_target":
-        raise ValueError(f"ShardedConv supports flow='source_to_target', got {flow!r}")
-    n = g.num_nodes if num_nodes is None else int(num_nodes)
-    if n != g.num_nodes:
-        raise ValueError(f"ShardedConv: gcn_norm over {n} nodes, but the graph has {g.num_nodes} local rows")
+        raise TypeError("sharded gcn_norm layers take a [2, E] edge_index tensor")
     weighted = edge_weight is not None
-    if add_self_loops:
-        edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, 2.0 if improved else 1.0, n)
-    w = edge_weight if edge_weight is not None else torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device)
-    key = ("gcn_deg_inv_sqrt", bool(improved), bool(add_self_loops), w.dtype, w.device)
-    dis = None if weighted else g.cache.get(key)
-    if dis is None:
-        deg = scatter(w, edge_index[1], dim=0, dim_size=n, reduce="sum")[: g.num_owned]
-        deg = g.exchange(deg)
-        dis = deg.pow(-0.5)
-        dis = dis.masked_fill(dis == float("inf"), 0.0)
+    w = edge_weight if weighted else torch.ones(edge_index.shape[1], dtype=dtype, device=edge_index.device)
+    key = ("gcn_global_degree", bool(improved), bool(add_self_loops), w.dtype, w.device)
+    deg = None if weighted else g.cache.get(key)
+    if deg is None:
+        ei, wl = edge_index, w
+        if add_self_loops:
+            ei, wl = add_remaining_self_loops(ei, wl, 2.0 if improved else 1.0, g.num_nodes)
+        deg = g.exchange(scatter(wl, ei[1], dim=0, dim_size=g.num_nodes, reduce="sum")[: g.num_owned])
         if not weighted:
-            g.cache[key] = dis
-    return edge_index, dis[edge_index[0]] * w * dis[edge_index[1]]
+            g.cache[key] = deg
+    outer_key = ("gcn_outer_nodes", int(rings), edge_index.device)
+    outer = g.cache.get(outer_key)
+    if outer is None:
+        outer = torch.nonzero(g.node_hop >= rings).view(-1).to(edge_index.device)
+        g.cache[outer_key] = outer
+    loops = torch.stack([outer, outer])
+    return torch.cat([edge_index, loops], 1), torch.cat([w, deg[outer]])
 
 
-def _mlp(i: int, h: int, o: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(i, h), nn.SiLU(), nn.Linear(h, o))
+@contextlib.contextmanager
+def _gcn_adapters(conv: nn.Module, g, rings: int):
+    """While the block runs, feed every normalising ``gcn_norm`` layer in ``conv`` global-degree
+    inputs (:func:`global_gcn_inputs`) through a forward pre-hook on that instance."""
+
+    def hook(module, args, kwargs):
+        flags = gcn_flags(module)
+        if flags is None:
+            return None
+        bound = inspect.signature(module.forward).bind(*args, **kwargs)
+        a = bound.arguments
+        x = a["x"][0] if isinstance(a["x"], tuple) else a["x"]
+        a["edge_index"], a["edge_weight"] = global_gcn_inputs(
+            g, a["edge_index"], a.get("edge_weight"), rings, flags[0], flags[1], x.dtype)
+        return bound.args, bound.kwargs
+
+    handles = [m.register_forward_pre_hook(hook, with_kwargs=True)
+               for m in _message_passing_modules(conv) if gcn_flags(m) is not None]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+class MLP(nn.Sequential):
+    r"""``Linear -> act -> ... -> Linear`` with an optional ``LayerNorm`` on the output.
+
+    Args:
+        in_channels: input width.
+        hidden_channels: width of every hidden layer.
+        out_channels: output width.
+        num_hidden_layers: number of hidden layers (``>= 0``; 0 gives one ``Linear``).
+        layer_norm: append ``LayerNorm(out_channels)``.
+        activation: activation class, instantiated between linear layers.
+
+    Shapes:
+        input ``[*, in_channels]`` -> output ``[*, out_channels]``.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_hidden_layers: int = 2,
+        layer_norm: bool = True,
+        activation: Type[nn.Module] = nn.ReLU,
+    ) -> None:
+        for name, v in (("in_channels", in_channels), ("hidden_channels", hidden_channels), ("out_channels", out_channels)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"MLP {name} must be a positive int, got {v!r}")
+        if not isinstance(num_hidden_layers, int) or num_hidden_layers < 0:
+            raise ValueError(f"MLP num_hidden_layers must be an int >= 0, got {num_hidden_layers!r}")
+        layers = []
+        width = in_channels
+        for _ in range(num_hidden_layers):
+            layers += [nn.Linear(width, hidden_channels), activation()]
+            width = hidden_channels
+        layers.append(nn.Linear(width, out_channels))
+        if layer_norm:
+            layers.append(nn.LayerNorm(out_channels))
+        super().__init__(*layers)
 
 
 class MeshGraphNetBlock(MessagePassing):
-    r"""A MeshGraphNet processor block as a PyG layer (edge update, then node update).
+    r"""The MeshGraphNet processor block as a PyG layer: residual edge update, sum aggregation,
+    residual node update (Pfaff et al., 2021).
 
     .. math::
-        e'_{ij} = e_{ij} + \mathrm{MLP}_e([x_i, x_j, e_{ij}]), \qquad
-        x'_i = x_i + \mathrm{MLP}_n([x_i, \textstyle\sum_{j} e'_{ij}])
+        e'_{ji} = e_{ji} + f_e([e_{ji}, x_j, x_i]), \qquad
+        x'_i = x_i + f_v\big([x_i, \textstyle\sum_{j} e'_{ji}]\big)
 
-    with ``j`` the sources of edges into ``i``. Works unchanged under :class:`ShardedConv`.
+    with ``j`` the sources of edges into ``i``; ``f_e``, ``f_v`` are :class:`MLP`\ s. It is the
+    block of :class:`meshshard.models.MeshGraphNet` and runs sharded like any PyG layer
+    (:class:`ShardedConv`, :class:`meshshard.DomainParallel`).
 
     Args:
         node_dim: node feature size ``F``.
-        edge_dim: edge feature size ``D``.
-        hidden: hidden width of both MLPs.
+        edge_dim: edge feature size ``D`` (default ``node_dim``).
+        hidden: hidden width of both MLPs (default ``node_dim``).
+        mlp_layers: hidden layers of each MLP.
+        activation: activation class.
+        layer_norm: end each MLP with a ``LayerNorm``.
+        checkpoint: recompute the MLPs in backward (activation checkpointing) to save memory;
+            the result is unchanged. Only the block's own computation is recomputed, after any
+            halo exchange, so recomputation never talks to other ranks.
 
     Shapes:
         ``forward(x [N, F], edge_index [2, E], edge_attr [E, D]) -> (x' [N, F], e' [E, D])``.
     """
 
-    def __init__(self, node_dim: int, edge_dim: int, hidden: int = 64) -> None:
+    def __init__(self, node_dim: int, edge_dim: Optional[int] = None, hidden: Optional[int] = None,
+                 mlp_layers: int = 2, activation: Type[nn.Module] = nn.ReLU, layer_norm: bool = True,
+                 checkpoint: bool = False) -> None:
         super().__init__(aggr="sum")
-        self.edge_mlp = _mlp(2 * node_dim + edge_dim, hidden, edge_dim)
-        self.node_mlp = _mlp(node_dim + edge_dim, hidden, node_dim)
+        self.checkpoint = bool(checkpoint)
+        edge_dim = node_dim if edge_dim is None else edge_dim
+        hidden = node_dim if hidden is None else hidden
+        self.edge_mlp = MLP(2 * node_dim + edge_dim, hidden, edge_dim, mlp_layers, layer_norm, activation)
+        self.node_mlp = MLP(node_dim + edge_dim, hidden, node_dim, mlp_layers, layer_norm, activation)
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor):
+        """Args:
+            x: ``[N, F]`` node features.
+            edge_index: ``[2, E]`` (row 0 source ``j``, row 1 target ``i``).
+            edge_attr: ``[E, D]`` edge features.
+
+        Returns:
+            ``(x' [N, F], e' [E, D])``.
+        """
+        if self.checkpoint and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+
+            return checkpoint(self._update, x, edge_index, edge_attr, use_reentrant=False)
+        return self._update(x, edge_index, edge_attr)
+
+    def _update(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor):
         e = self.edge_updater(edge_index, x=x, edge_attr=edge_attr)
         agg = self.propagate(edge_index, e=e, size=(x.shape[0], x.shape[0]))
         return x + self.node_mlp(torch.cat([x, agg], -1)), e
 
     def edge_update(self, x_i: torch.Tensor, x_j: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
-        return edge_attr + self.edge_mlp(torch.cat([x_i, x_j, edge_attr], -1))
+        return edge_attr + self.edge_mlp(torch.cat([edge_attr, x_j, x_i], -1))
 
     def message(self, e: torch.Tensor) -> torch.Tensor:
         return e

@@ -69,10 +69,13 @@ def test_bench_graph_ops():
 @pytest.mark.timeout(180)
 def test_bench_meshgraphnet():
     out = _run("bench_meshgraphnet.py", 170)
-    rows = {int(r.split("|")[1]): r for r in out.splitlines() if re.match(r"\| [124] \| \d", r)}
+    lines = [r for r in out.splitlines() if re.match(r"\| [124] \| \d", r)]
+    rows = {int(r.split("|")[1]): r for r in lines if r.count("|") == 10}
     assert sorted(rows) == [1, 2, 4], out
     fraction = {p: float(rows[p].split("|")[5]) for p in rows}
     assert fraction[1] == 1.0 and all(f > 0 for f in fraction.values())  # a ratio to P=1 was measured
+    hooks = [r for r in lines if r.count("|") == 5]  # DomainParallel's hooks vs the explicit all-reduce
+    assert [int(r.split("|")[1]) for r in hooks] == [2] and float(hooks[0].split("|")[4]) > 0, out
 
 
 @pytest.mark.timeout(200)

@@ -84,3 +84,19 @@ def test_build_halos_empty_part_and_isolated_nodes():
             for key, value in want.items():
                 assert torch.equal(getattr(layouts[r], key), value), (hops, r, key)
     assert layouts[2].owned_ids.numel() == 0 and layouts[2].edge_index.shape == (2, 0)
+
+
+def test_build_all_parts_layouts_and_plans_fit_together(naca):
+    """build_all_parts (moved here from sharded_graph) gives the build_halos layouts, and plans in
+    which rank r sends to rank s exactly the rows s lists as ghosts owned by r."""
+    from meshshard.graph.halo import build_all_parts
+
+    pts, ei = naca
+    part = make_partition(pts, ei, 3, "kdtree")
+    layouts, plans = build_all_parts(ei, part, 2)
+    for got, want in zip(layouts, build_halos(ei, part, 2)):
+        assert torch.equal(got.ghost_ids, want.ghost_ids) and torch.equal(got.edge_ids, want.edge_ids)
+    for r in range(3):
+        for s in range(3):
+            asked = layouts[s].ghost_owner_index[layouts[s].ghost_owner == r]
+            assert torch.equal(plans[r].send_index[s], asked), (r, s)

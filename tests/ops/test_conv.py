@@ -423,3 +423,23 @@ def test_bad_input_single_process(data_dir):
     # One part: the wrapped layer is the plain layer.
     conv = GCNConv(F, F)
     assert torch.allclose(ShardedConv(conv)(x, g), conv(x, ei), atol=1e-6)
+
+
+def test_gcn_norm_layers_run_without_patching_pyg():
+    """The gcn_norm adapter hands the layer its inputs: PyG's module-level gcn_norm stays PyG's own
+    while a wrapped GCNConv runs (it used to be swapped for the duration of the call)."""
+    import torch_geometric.nn.conv.gcn_conv as gcn_module
+    from torch_geometric.nn import GCNConv
+
+    import meshshard as ms
+    from meshshard.ops import ShardedConv
+
+    original, seen = gcn_module.gcn_norm, []
+    conv = GCNConv(2, 2).double()
+    conv.register_forward_pre_hook(lambda m, a: seen.append(gcn_module.gcn_norm is original))
+    ei = torch.tensor([[0, 1, 1, 2, 3, 2], [1, 0, 2, 1, 2, 3]])
+    g = ms.ShardedGraph.from_partition(ei, ms.partition(torch.rand(4, 2, dtype=torch.float64), 1, method="kdtree"))
+    x = torch.randn(4, 2, dtype=torch.float64)
+    out = ShardedConv(conv)(x[g.owned_ids], g)
+    assert seen == [True]
+    torch.testing.assert_close(out, conv(x, ei)[g.owned_ids], rtol=0, atol=1e-12)

@@ -1,0 +1,396 @@
+r"""``DomainParallel``: run an unmodified PyG model on a sharded graph, like DDP for domains.
+
+Every rank holds the same parameters and one part of the graph (a :class:`ShardedGraph`).
+``DomainParallel(model)(x, g, *args)`` calls ``model(x_local, edge_index_local, *args_local)`` on
+this rank's rows and edges and returns the owned rows of the whole-graph result as a ShardTensor
+(``Shard(0)``, shard sizes = owned counts). Nothing in PyG or in the model is patched: for the
+duration of the call, forward hooks on the model's own ``MessagePassing`` instances swap in the
+rows the layer needs, and are removed afterwards.
+
+Two modes, chosen per call (``exchange="auto"``):
+
+* ``"per_layer"``: the model sees the owned rows and the edges into them; before every outermost
+  ``MessagePassing`` layer a hook appends the ghost rows (one :meth:`ShardedGraph.exchange`), and
+  after it cuts the output back to the owned rows. Each such layer may propagate once.
+* ``"once"``: the input is exchanged once and the model runs on all local rows and edges of a
+  graph built with ``halo_hops = k``; after ``k`` propagations the owned rows are still exact
+  (see :mod:`meshshard.ops.conv`). ``"auto"`` takes it when the model's count of ``propagate``
+  calls (learnt on the first call) fits in ``g.halo_hops``.
+
+``gcn_norm`` layers get whole-graph degrees through :func:`meshshard.ops.conv.global_gcn_inputs`.
+
+Backward: the loss of the whole graph is a sum over ranks, so its gradient with respect to a
+replicated parameter is the SUM of the ranks' gradients. Hooks that run when a parameter's
+gradient has been accumulated pack the gradients into buckets (~25 MB, in reverse parameter order,
+roughly the order backward produces them) and start an asynchronous all-reduce of each bucket as
+soon as it is full, in the same bucket order on every rank; the end of backward waits for them. So
+``loss.backward(); opt.step()`` keeps the replicas equal with no extra call.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import inspect
+import weakref
+
+import torch
+from torch import nn
+from torch_geometric.nn import MessagePassing
+
+from meshshard import distributed as msd
+from meshshard.ops.conv import _count_propagations, _gcn_adapters, refuse_non_local
+
+__all__ = ["DomainParallel", "sharded_forward"]
+
+_MODES = ("auto", "per_layer", "once")
+# PyG norms whose statistics run over all nodes of the graph: no rank sees them.
+_NODE_STATISTICS = {"GraphNorm", "PairNorm", "MeanSubtractionNorm", "DiffGroupNorm", "GraphSizeNorm", "InstanceNorm"}
+# Propagations per call of each module seen (structural: the same on every rank).
+_PROPAGATIONS: "weakref.WeakKeyDictionary[nn.Module, int]" = weakref.WeakKeyDictionary()
+
+
+def _refuse_global_statistics(module: nn.Module) -> None:
+    for m in module.modules():
+        name, pyg = type(m).__name__, type(m).__module__.startswith("torch_geometric")
+        if pyg and (name in _NODE_STATISTICS or (name == "LayerNorm" and getattr(m, "mode", "node") == "graph")):
+            raise ValueError(f"DomainParallel cannot make {name} exact: it normalises with statistics over all "
+                             "nodes of the graph, which no rank holds; use a per-node norm (LayerNorm mode='node')")
+        if isinstance(m, nn.modules.batchnorm._BatchNorm) and (m.training or not m.track_running_stats):
+            raise ValueError(f"DomainParallel cannot make {type(m).__name__} in training mode exact: it normalises "
+                             "with the mean and variance of this rank's rows, not of the whole graph; call .eval() "
+                             "on it (running statistics are per node) or use LayerNorm")
+
+
+def _outer_message_passing(module: nn.Module):
+    """``MessagePassing`` modules not nested inside another one (each is one exchange)."""
+    if isinstance(module, MessagePassing):
+        return [module]
+    return [m for c in module.children() for m in _outer_message_passing(c)]
+
+
+def _num_global_edges(g) -> int:
+    """Edges of the whole graph: every edge is stored once as an edge into an owned node (collective)."""
+    n = g.cache.get("num_global_edges")
+    if n is None:
+        owned = int(g.edge_hop_ptr[1])
+        n = owned if g.world_size == 1 else int(msd.all_gather_sizes([owned], g.group).sum())
+        g.cache["num_global_edges"] = n
+    return n
+
+
+def _local(t):
+    return t.to_local() if isinstance(t, msd.DTensor) else t
+
+
+def _localize(t, g, e_used: int, n_global_edges: int, exchange_nodes: bool, what: str):
+    """A model argument as this rank needs it: edge rows cut to the edges used, node rows extended."""
+    t = _local(t)
+    if not isinstance(t, torch.Tensor) or t.dim() == 0:
+        return t
+    rows, e_local, e_owned = t.shape[0], g.edge_index.shape[1], int(g.edge_hop_ptr[1])
+    if rows == e_local or (rows == e_owned and e_used == e_owned):
+        return t[:e_used]
+    if rows == n_global_edges:  # in the order of the global edge_index the graph was built from
+        return t.index_select(0, g.edge_ids[:e_used].to(t.device))
+    if rows == e_owned:
+        raise ValueError(f"DomainParallel: {what} has one row per edge into owned nodes ({e_owned}), but "
+                         f"exchange='once' runs on all {e_local} local edges; pass global or local-edge rows")
+    if rows == g.num_owned:
+        return g.exchange(t) if exchange_nodes else t
+    return t
+
+
+def sharded_forward(module: nn.Module, x, g, args=(), kwargs=None, *, exchange: str = "auto"):
+    """Run ``module(x, edge_index, *args, **kwargs)`` on this rank's part of ``g`` (collective).
+
+    What :class:`DomainParallel` runs on each rank, without its gradient hooks and ShardTensor
+    output (``MeshGraphNet(..., graph=g)`` calls it); see the module docstring for the modes.
+
+    Args:
+        module: the model; called as ``module(x_local, edge_index_local, *args, **kwargs)``.
+        x: owned rows ``[g.num_owned, F]`` (Tensor or ShardTensor).
+        g: the :class:`ShardedGraph`.
+        args, kwargs: further arguments; edge tensors (``[num_global_edges, *]`` in the order of the
+            global edge list, ``[E_local, *]`` aligned with ``g.edge_index``, or ShardTensors of
+            those) are cut to the local edges used, owned-row tensors get ghost rows in ``"once"`` mode.
+        exchange: ``"auto"``, ``"per_layer"`` or ``"once"``.
+
+    Returns:
+        The output's owned rows ``[g.num_owned, *]`` (plain tensor; of a tuple output, its first
+        element is cut to owned rows, the rest returned as they are).
+
+    Raises:
+        ValueError: bad rows, a refused layer, or more propagations than the halo covers.
+    """
+    if exchange not in _MODES:
+        raise ValueError(f"exchange must be one of {_MODES}, got {exchange!r}")
+    kwargs = dict(kwargs or {})
+    x = _local(x)
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] != g.num_owned:
+        raise ValueError(f"DomainParallel: rank {g.rank} expected x with {g.num_owned} owned rows, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    refuse_non_local(module, "DomainParallel")
+    _refuse_global_statistics(module)
+    mode = exchange
+    if mode == "auto":
+        known = _PROPAGATIONS.get(module)  # None: try "once", learn the count, fall back if it does not fit
+        mode = "once" if g.halo_hops > 1 and (known is None or known <= g.halo_hops) else "per_layer"
+    n_global_edges = _num_global_edges(g)
+    once = mode == "once"
+    e_used = g.edge_index.shape[1] if once else int(g.edge_hop_ptr[1])
+    x_in = g.exchange(x) if once else x
+    ei = g.edge_index[:, :e_used]
+    given = (args, dict(kwargs))
+    args = tuple(_localize(a, g, e_used, n_global_edges, once, f"argument {i + 2}") for i, a in enumerate(args))
+    kwargs = {k: _localize(v, g, e_used, n_global_edges, once, k) for k, v in kwargs.items()}
+    with _count_propagations(module) as count, _gcn_adapters(module, g, g.halo_hops if once else 1), \
+            (contextlib.nullcontext() if once else _exchange_per_layer(module, g)):
+        out = module(x_in, ei, *args, **kwargs)
+    _PROPAGATIONS[module] = count[0]
+    if once and count[0] > g.halo_hops:
+        if exchange == "auto":  # learnt now, the same on every rank: run again one exchange per layer
+            return sharded_forward(module, x, g, *given, exchange="per_layer")
+        raise ValueError(f"DomainParallel: the model propagated {count[0]} times in one call, but the graph has "
+                         f"halo_hops={g.halo_hops}; build it with halo_hops >= {count[0]} or use exchange='per_layer'")
+    if isinstance(out, tuple):
+        return (out[0][: g.num_owned],) + tuple(out[1:])
+    return out[: g.num_owned]
+
+
+@contextlib.contextmanager
+def _exchange_per_layer(module: nn.Module, g):
+    """While the block runs, every outermost ``MessagePassing`` call gets owned + ghost rows (one
+    exchange) and returns owned rows; each may propagate once."""
+    calls, counts = {}, {}
+
+    def before(m, args, kwargs):
+        bound = inspect.signature(m.forward).bind(*args, **kwargs)
+        a = bound.arguments
+        name = next(iter(a))  # the node features come first (x)
+        x = a[name]
+        if isinstance(x, tuple):  # (x_source, x_target): only sources need ghosts
+            a[name] = (g.exchange(x[0]),) + tuple(x[1:])
+        else:
+            a[name] = g.exchange(x)
+        calls[m] = counts[m]
+        return bound.args, bound.kwargs
+
+    def after(m, args, kwargs, out):
+        used = counts[m] - calls.pop(m)
+        if used > 1:
+            raise ValueError(
+                f"DomainParallel: {type(m).__name__} propagated {used} times in one call (a {used}-hop layer), "
+                f"but exchange='per_layer' gives each layer 1 hop; build the graph with halo_hops >= the model's "
+                "total propagations and use exchange='once' (or 'auto')")
+        first = out[0] if isinstance(out, tuple) else out
+        if not isinstance(first, torch.Tensor) or first.shape[0] != g.num_nodes:
+            return out
+        return (first[: g.num_owned],) + tuple(out[1:]) if isinstance(out, tuple) else first[: g.num_owned]
+
+    def counter(outer):
+        def hook(_m, _inputs):
+            counts[outer] += 1
+        return hook
+
+    handles = []
+    for m in _outer_message_passing(module):
+        counts[m] = 0
+        handles.append(m.register_forward_pre_hook(before, with_kwargs=True))
+        handles.append(m.register_forward_hook(after, with_kwargs=True))
+        handles += [inner.register_propagate_forward_pre_hook(counter(m))
+                    for inner in m.modules() if isinstance(inner, MessagePassing)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _digest(t: torch.Tensor) -> int:
+    h = hashlib.blake2b(digest_size=8)
+    h.update(f"{tuple(t.shape)}{t.dtype}".encode())
+    h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+def _check_replicas_equal(module: nn.Module, group) -> None:
+    """Raise on every rank unless every parameter and buffer is bitwise equal across ranks."""
+    named = list(module.named_parameters()) + list(module.named_buffers())
+    msd.check_same_across_ranks([len(named)], "DomainParallel", ["number of parameters and buffers"], group)
+    table = msd.all_gather_sizes([_digest(t) for _, t in named], group)
+    differs = (table != table[0]).any(0)
+    if bool(differs.any()):
+        i = int(torch.nonzero(differs)[0])
+        ranks = [r for r in range(table.shape[0]) if table[r, i] != table[0, i]]
+        raise msd.CollectiveMismatchError(
+            f"DomainParallel: {named[i][0]!r} differs across ranks (ranks {ranks} differ from rank 0; "
+            f"{int(differs.sum())} of {len(named)} parameters and buffers differ). Start every rank from the same "
+            "values, e.g. meshshard.models.broadcast_parameters(module) before wrapping")
+
+
+class _GradReducer:
+    """Sums replicated parameters' gradients over the group during backward, in buckets."""
+
+    def __init__(self, params, group, bucket_bytes: int) -> None:
+        self.params = [p for p in params if p.requires_grad]
+        self.group = group
+        self.buckets, filling, size = [], {}, []
+        for p in reversed(self.params):  # backward reaches the last layers first
+            key = (p.dtype, p.device)
+            b = filling.get(key)
+            if b is None or size[b] >= bucket_bytes:
+                b = filling[key] = len(self.buckets)
+                self.buckets.append([])
+                size.append(0)
+            self.buckets[b].append(p)
+            size[b] += p.numel() * p.element_size()
+        self.bucket_of = {p: b for b, ps in enumerate(self.buckets) for p in ps}
+        self.handles = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params]
+        self.active = False
+        self.local_grads = False  # .grad holds unreduced sums (no_sync accumulation)
+
+    def prepare(self, sync: bool) -> None:
+        """Arm the hooks for the backward of a forward run with grad enabled: reduce (``sync``) or
+        let it accumulate locally."""
+        if not torch.is_grad_enabled():
+            return
+        self.active = sync and msd.is_initialized() and msd.get_world_size(self.group) > 1
+        if not sync:
+            self.local_grads = True
+        if not self.active:
+            return
+        # Gradients already reduced by an earlier backward must not be summed again.
+        self.prev = {} if self.local_grads else {p: p.grad.detach().clone() for p in self.params if p.grad is not None}
+        self.local_grads = False
+        self.ready, self.next, self.works, self.queued = [0] * len(self.buckets), 0, [], False
+
+    def _on_grad(self, p) -> None:
+        if not self.active:
+            return
+        if not self.queued:
+            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+            self.queued = True
+        self.ready[self.bucket_of[p]] += 1
+        # Launch in bucket order on every rank, so the ranks' collectives pair up.
+        while self.next < len(self.buckets) and self.ready[self.next] == len(self.buckets[self.next]):
+            self._launch(self.next)
+
+    def _launch(self, b: int) -> None:
+        parts = []
+        for p in self.buckets[b]:
+            grad = p.grad if p.grad is not None else torch.zeros_like(p)
+            prev = self.prev.get(p)
+            parts.append((grad if prev is None else grad - prev).reshape(-1))
+        flat = torch.cat(parts)
+        self.works.append((b, flat, msd.all_reduce_async(flat, group=self.group)))
+        self.next = b + 1
+
+    def _finish(self) -> None:
+        while self.next < len(self.buckets):  # parameters this backward did not reach: zeros
+            self._launch(self.next)
+        for b, flat, work in self.works:
+            work.wait()
+            offset = 0
+            for p in self.buckets[b]:
+                total = flat[offset:offset + p.numel()].view_as(p)
+                offset += p.numel()
+                prev = self.prev.get(p)
+                total = total if prev is None else prev + total
+                if p.grad is None:
+                    p.grad = total.clone()
+                else:
+                    p.grad.copy_(total)
+        self.active, self.prev, self.works = False, {}, []
+
+
+class DomainParallel(nn.Module):
+    r"""Run any model built from PyG layers on a sharded graph, with replicated parameters kept equal.
+
+    ``DomainParallel(model)(x, g, *args, **kwargs)`` equals ``model(x_all, edge_index, *args_all)``
+    on the whole graph, restricted to this rank's owned rows, forward and backward (see the module
+    docstring). ``model`` is used unchanged.
+
+    Args:
+        module: the model (``torch_geometric.nn.models.GCN``, a stack of ``MessagePassing``
+            layers, :class:`meshshard.models.MeshGraphNet`, ...), called as
+            ``module(x, edge_index, *args, **kwargs)``. Its parameters must be equal on every rank.
+        graph: a default :class:`ShardedGraph`, used when the call passes none.
+        mesh: the 1-D ``DeviceMesh`` of the domain ranks (default: the graph's group and the
+            default mesh); output ShardTensors live on it.
+        exchange: ``"auto"`` (default), ``"per_layer"`` or ``"once"``.
+        bucket_cap_mb: gradient bucket size in MB.
+
+    Raises:
+        ValueError: a layer no rank can compute exactly (``ChebConv``, ``DynamicEdgeConv``,
+            ``GravNetConv``, ``DirGNNConv``, ``flow="target_to_source"``; at call time also
+            BatchNorm in training mode and graph-wide norms such as ``GraphNorm``).
+        CollectiveMismatchError: (every rank) parameters or buffers differ across ranks, naming
+            the first one.
+
+    Shapes:
+        ``x``: ``[num_owned, F]`` Tensor or ShardTensor (``Shard(0)``). Edge arguments:
+        ``[num_global_edges, *]`` in the order of the global edge list the graph was built from,
+        or ``[E_local, *]`` aligned with ``g.edge_index`` (Tensor or ShardTensor). Output: a
+        ShardTensor ``[N, F']`` with ``Shard(0)`` and shard sizes ``g.sizes`` (of a tuple output,
+        the first element).
+    """
+
+    def __init__(self, module: nn.Module, graph=None, *, mesh=None, exchange: str = "auto",
+                 bucket_cap_mb: float = 25.0) -> None:
+        super().__init__()
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"DomainParallel wraps a torch.nn.Module, got {type(module).__name__}")
+        if exchange not in _MODES:
+            raise ValueError(f"exchange must be one of {_MODES}, got {exchange!r}")
+        if mesh is not None and mesh.ndim != 1:
+            raise ValueError(f"DomainParallel takes a 1-D DeviceMesh of the domain ranks, got {mesh.ndim} dims")
+        refuse_non_local(module, "DomainParallel")
+        self.module = module
+        self.graph = graph
+        self.mesh = mesh
+        self.exchange = exchange
+        self.group = mesh.get_group() if mesh is not None else getattr(graph, "group", None)
+        self._sync = True
+        if msd.is_initialized() and msd.get_world_size(self.group) > 1:
+            _check_replicas_equal(module, self.group)
+        self._reducer = _GradReducer(module.parameters(), self.group, int(bucket_cap_mb * 2 ** 20))
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Within this context, backward accumulates local gradients without reducing them; the
+        first backward after it sums everything accumulated since the gradients were zeroed."""
+        previous, self._sync = self._sync, False
+        try:
+            yield
+        finally:
+            self._sync = previous
+
+    def forward(self, x, g=None, *args, **kwargs):
+        """Run the model on this rank's part (collective).
+
+        Args:
+            x: owned rows ``[g.num_owned, F]``, a Tensor or a ShardTensor.
+            g: the :class:`ShardedGraph` (where the model takes ``edge_index``); ``None`` or
+                left out: the graph given at construction.
+            *args, **kwargs: the model's further arguments (edge features as global or local edge
+                rows; see the class docstring).
+
+        Returns:
+            ShardTensor of the owned rows (``Shard(0)``, sizes ``g.sizes``); of a tuple output,
+            the first element as a ShardTensor and the rest local.
+        """
+        from meshshard.graph import ShardedGraph
+        from meshshard.tensor import ShardTensor
+
+        if not isinstance(g, ShardedGraph):
+            if g is not None:
+                args = (g,) + args
+            g = self.graph
+            if g is None:
+                raise TypeError("DomainParallel: pass the ShardedGraph as dp(x, g, ...) or DomainParallel(model, graph=g)")
+        mesh = x.device_mesh if isinstance(x, ShardTensor) else self.mesh
+        self._reducer.prepare(self._sync)
+        out = sharded_forward(self.module, x, g, args, kwargs, exchange=self.exchange)
+        first = out[0] if isinstance(out, tuple) else out
+        st = ShardTensor.from_local(first, mesh, [msd.Shard(0)], sharding_shapes=list(g.sizes))
+        return (st,) + tuple(out[1:]) if isinstance(out, tuple) else st
