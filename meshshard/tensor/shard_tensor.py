@@ -10,9 +10,11 @@ issues on them itself (grad accumulation, ``ones_like`` for ``backward()``, ``de
 locally in a minimal ``__torch_dispatch__``. Any other op raises NotImplementedError naming it:
 never a silently wrong answer.
 
-Gradient conventions: the gradient of a ShardTensor has its placements. For a sharded tensor each
+Gradient conventions: the gradient of a ShardTensor has its placements, except that Partial
+becomes Replicate (:func:`~meshshard.tensor.spec.gradient_placements`). For a sharded tensor each
 rank holds the gradient of its own rows (exact). For a replicated ShardTensor (e.g. a ``sum``)
-every rank holds the full, identical gradient. Gradients of plain-tensor parameters used in
+every rank holds the full, identical gradient; so does a Partial one, whose value is the sum of
+the local tensors (each local tensor's gradient is the whole gradient). Gradients of plain-tensor parameters used in
 ShardTensor ops (``nn.Linear`` weights ...) are per-rank partial sums, exactly as in DDP: the
 caller all-reduces them (``meshshard.ops.conv.all_reduce_gradients`` does).
 """
@@ -25,8 +27,8 @@ from torch.utils import _pytree as pytree
 
 from meshshard.distributed import DeviceMesh, DTensor, Replicate, Shard, default_device_mesh
 from meshshard.tensor import _registry as reg
-from meshshard.tensor.spec import (infer_shard_sizes, layout_signature, make_spec, normalize_placements,
-                                   resolve_sharding_shapes, shard_dim_of)
+from meshshard.tensor.spec import (gradient_placements, infer_shard_sizes, layout_signature, make_spec,
+                                   normalize_placements, resolve_sharding_shapes, shard_dim_of)
 
 __all__ = ["ShardTensor"]
 
@@ -69,11 +71,12 @@ class _ToLocal(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         mesh, placements, sizes = ctx.layout
-        if ctx.grad_placements is not None and tuple(ctx.grad_placements) != tuple(placements):
+        target = gradient_placements(placements)
+        if ctx.grad_placements is not None and tuple(ctx.grad_placements) != target:
             from meshshard.tensor.redistribute import redistribute_local
             with torch.no_grad():
-                grad = redistribute_local(grad, mesh, tuple(ctx.grad_placements), sizes, placements, sizes)
-        return _make(grad.contiguous(), mesh, placements, sizes), None
+                grad = redistribute_local(grad, mesh, tuple(ctx.grad_placements), sizes, target, sizes)
+        return _make(grad.contiguous(), mesh, target, sizes), None
 
 
 def _grad_local(grad, mesh, placements, sizes) -> torch.Tensor:
@@ -83,10 +86,11 @@ def _grad_local(grad, mesh, placements, sizes) -> torch.Tensor:
             raise TypeError("ShardTensor backward received a plain DTensor gradient; mix ShardTensor only "
                             "with plain tensors and other ShardTensors")
         return grad  # a plain tensor from the engine: already local
-    if tuple(grad.placements) != tuple(placements) or grad._shard_sizes != sizes:
+    target = gradient_placements(placements)
+    if tuple(grad.placements) != target or grad._shard_sizes != sizes:
         from meshshard.tensor.redistribute import redistribute_local
         with torch.no_grad():
-            return redistribute_local(grad._local_tensor, mesh, grad.placements, grad._shard_sizes, placements, sizes)
+            return redistribute_local(grad._local_tensor, mesh, grad.placements, grad._shard_sizes, target, sizes)
     return grad._local_tensor
 
 
@@ -296,7 +300,8 @@ class ShardTensor(DTensor):
         if gradient is None:
             if self.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            gradient = _make(torch.ones_like(self._local_tensor), self.device_mesh, self.placements, self._shard_sizes)
+            gradient = _make(torch.ones_like(self._local_tensor), self.device_mesh,
+                             gradient_placements(self.placements), self._shard_sizes)
         torch.autograd.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
 
     def __repr__(self):

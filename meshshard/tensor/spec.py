@@ -19,6 +19,7 @@ from meshshard.distributed.autograd import get_validation
 __all__ = [
     "normalize_placements",
     "shard_dim_of",
+    "gradient_placements",
     "chunk_sizes",
     "global_shape",
     "make_spec",
@@ -63,6 +64,22 @@ def shard_dim_of(placements: Sequence[Placement]) -> Optional[Tuple[int, int]]:
         if isinstance(p, Shard):
             return m, p.dim
     return None
+
+
+def gradient_placements(placements: Sequence[Placement]) -> Tuple[Placement, ...]:
+    """Placements of the gradient of a tensor with ``placements``: Partial becomes Replicate.
+
+    The value of a ``Partial("sum")`` tensor is the sum of the ranks' local tensors, so the
+    gradient with respect to every rank's local tensor is the whole gradient: replicated. Labelling
+    it Partial would make ``full_tensor()`` sum W copies of it.
+
+    Args:
+        placements: one placement per mesh dim.
+
+    Returns:
+        The same placements with every Partial replaced by Replicate.
+    """
+    return tuple(Replicate() if isinstance(p, Partial) else p for p in placements)
 
 
 def chunk_sizes(n: int, parts: int) -> List[int]:

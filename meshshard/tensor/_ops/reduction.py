@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from meshshard.distributed import Replicate
+from meshshard.distributed import Partial, Replicate
 from meshshard.distributed.autograd import all_reduce_sum
 from meshshard.tensor.shard_tensor import _FromLocal
 from meshshard.tensor.spec import shard_dim_of
@@ -18,7 +18,8 @@ _MEAN = {torch.mean, torch.Tensor.mean}
 def reduction_handler(func, types, args, kwargs):
     """``sum`` / ``mean`` over all dims or any dims including the sharded one: local partial sum, then
     an all-reduce over the sharding mesh dim; the result is replicated. ``mean`` divides by the
-    global element count. Over feature dims only: local, layout kept."""
+    global element count. Over feature dims only: local, layout kept. A Partial (unsharded) input
+    is reduced locally and stays Partial (the reduction is linear)."""
     x = args[0] if args else kwargs["input"]
     rest = list(args[1:])
     dim = rest[0] if rest else kwargs.get("dim")
@@ -26,9 +27,13 @@ def reduction_handler(func, types, args, kwargs):
     dtype = kwargs.get("dtype")
     if isinstance(dim, torch.dtype):  # torch.sum(x, torch.float64)
         dim, dtype = None, dim
+    dims = norm_dims(dim, x.dim()) if dim is not None and not (isinstance(dim, (list, tuple)) and len(dim) == 0) else None
+    if any(isinstance(p, Partial) for p in x.placements) and shard_dim_of(x.placements) is None:
+        # sum and mean are linear: reducing every rank's addend reduces the sum; it stays Partial.
+        out = func(x.to_local(), *args[1:], **kwargs)
+        return _FromLocal.apply(out, x.device_mesh, tuple(x.placements), None)
     ref = reference(func, [x])
     sd = shard_dim_of(ref.placements)
-    dims = norm_dims(dim, x.dim()) if dim is not None and not (isinstance(dim, (list, tuple)) and len(dim) == 0) else None
     local = x.to_local()
     if sd is None or (dims is not None and sd[1] not in dims):
         out = func(local, *args[1:], **kwargs)
