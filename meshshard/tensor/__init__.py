@@ -11,6 +11,7 @@ Example (``torchrun --nproc-per-node 3 example.py``)::
 """
 from meshshard.tensor.shard_tensor import ShardTensor
 from meshshard.tensor import _ops  # noqa: F401  (registers the built-in op families)
+from meshshard.tensor._ops._common import PromotionWarning
 from meshshard.tensor.scatter import scatter_tensor
 
-__all__ = ["ShardTensor", "scatter_tensor"]
+__all__ = ["ShardTensor", "scatter_tensor", "PromotionWarning"]

@@ -387,6 +387,9 @@ class ShardTensor(DTensor):
         if _is_passthrough(func):
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
+        replicated = _replicated_mesh(args, kwargs)
+        if replicated is not None:
+            return _run_replicated(func, args, kwargs, replicated)
         raise NotImplementedError(
             f"ShardTensor does not support {_func_name(func)} (it could silently mix rows of different "
             "ranks). Register a handler with ShardTensor.register_function_handler(func, handler), or "
@@ -404,6 +407,32 @@ class ShardTensor(DTensor):
             f"ShardTensor: aten op {func} reached __torch_dispatch__ and is not supported. Use "
             "ShardTensor.register_dispatch_handler(op, handler), or register_function_handler for the "
             "torch function that issued it.")
+
+
+def _replicated_mesh(args, kwargs) -> Optional[DeviceMesh]:
+    """The mesh of the ShardTensor arguments when all of them are fully Replicate on one mesh."""
+    sts = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, ShardTensor)]
+    if not sts or any(st.device_mesh != sts[0].device_mesh for st in sts):
+        return None
+    if all(isinstance(p, Replicate) for st in sts for p in st.placements):
+        return sts[0].device_mesh
+    return None
+
+
+def _run_replicated(func, args, kwargs, mesh: DeviceMesh):
+    """Any op on replicated data runs locally: every rank holds the whole value (plain tensors
+    among the arguments are replicated values too), so the local result is the whole result,
+    rewrapped as Replicate. Differentiable through ``to_local`` / ``from_local``; in-place ops are
+    refused (they would modify the local tensor behind autograd's back)."""
+    name = _func_name(func)
+    if name.endswith("_") and not name.endswith("__"):
+        raise NotImplementedError(f"ShardTensor: in-place {name} on a replicated ShardTensor; use the "
+                                  "out-of-place op")
+    placements = (Replicate(),) * mesh.ndim
+    largs, lkwargs = pytree.tree_map(lambda x: x.to_local() if isinstance(x, ShardTensor) else x, (args, kwargs))
+    out = func(*largs, **lkwargs)
+    return pytree.tree_map(
+        lambda t: _FromLocal.apply(t, mesh, placements, None) if isinstance(t, torch.Tensor) else t, out)
 
 
 def _func_name(func) -> str:

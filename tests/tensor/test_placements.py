@@ -1,6 +1,9 @@
 """Placement semantics on 1-4 gloo ranks: gradients reaching Partial tensors come back Replicate
 (their full_tensor() is the true gradient, not W times it), reductions of Partial tensors stay
-Partial, and to_local / full_tensor honour grad_placements; float64 at 1e-10 against one process."""
+Partial, to_local / full_tensor honour grad_placements, and the promotion rule for plain tensors
+(Replicate, with a PromotionWarning once per op); float64 at 1e-10 against one process."""
+import warnings
+
 import pytest
 import torch
 
@@ -58,6 +61,26 @@ def _partial_checks(rank, world, mesh):
     assert x2.grad.placements == (Replicate(),)
     _close(x2.grad.full_tensor(), torch.ones(3, 4, dtype=torch.float64), "grad of Partial sum")
 
+    # linear element-wise ops keep Partial (no all-reduce); a non-linear one refuses it
+    x3 = ShardTensor.from_local(addends[rank].clone(), mesh, (Partial(),)).detach().requires_grad_()
+    lin = -((x3 + x3 * 2.5) / 4.0 - x3)
+    assert lin.placements == (Partial(),), lin.placements
+    _close(lin.full_tensor(), -((total + total * 2.5) / 4.0 - total), "linear ops on Partial")
+    (lin.full_tensor() * w).sum().backward()
+    _close(x3.grad.full_tensor(), -(3.5 / 4.0 - 1.0) * w, "gradient through linear ops on Partial")
+    try:
+        torch.exp(x3)
+    except NotImplementedError as e:
+        assert "Partial" in str(e)
+    else:
+        raise AssertionError("exp of a Partial tensor must raise")
+    try:
+        x3 + 1.0  # adding a constant to every addend would add it W times
+    except NotImplementedError as e:
+        assert "Partial" in str(e)
+    else:
+        raise AssertionError("Partial + scalar must raise")
+
     # grad_placements: a replicated tensor whose local copy feeds per-rank sums gets the summed grad
     r = ShardTensor.from_local(total.clone(), mesh, (Replicate(),)).detach().requires_grad_()
     (r.to_local(grad_placements=(Partial(),)) * w * (rank + 1)).sum().backward()
@@ -67,11 +90,33 @@ def _partial_checks(rank, world, mesh):
     _close(r.grad.to_local(), w * sum(range(1, world + 1)), "full_tensor(grad_placements=Partial)")
 
 
+def _promotion_checks(rank, world, mesh):
+    from meshshard.distributed import Shard
+    from meshshard.tensor import PromotionWarning, ShardTensor
+
+    sizes = {1: [5], 2: [0, 5], 3: [2, 0, 3], 4: [1, 2, 0, 2]}[world]
+    full = torch.arange(20, dtype=torch.float64).reshape(5, 4)
+    off = sum(sizes[:rank])
+    x = ShardTensor.from_local(full[off:off + sizes[rank]].clone(), mesh, (Shard(0),))
+    plain = torch.linspace(0.0, 1.0, 20, dtype=torch.float64).reshape(5, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _close((x * plain).full_tensor(), full * plain, "plain tensor spanning the sharded dim")
+        _close(torch.cat([x, plain], dim=1).full_tensor(), torch.cat([full, plain], 1), "cat with a plain tensor")
+        quiet = len(caught)
+        _close((x + torch.tensor(2.0, dtype=torch.float64)).full_tensor(), full + 2, "0-d plain tensor")
+        _close((x - torch.nn.Parameter(plain[0])).full_tensor(), full - plain[0], "nn.Parameter")
+    promoted = [w for w in caught if issubclass(w.category, PromotionWarning)]
+    assert quiet == 2 and len(promoted) == 2 and len(caught) == 2, [str(w.message) for w in caught]
+    assert "promoted to Replicate" in str(promoted[0].message)
+
+
 def _rank_main(rank, world):
     from meshshard.distributed import init_device_mesh
 
     mesh = init_device_mesh("cpu", (world,))
     _partial_checks(rank, world, mesh)
+    _promotion_checks(rank, world, mesh)
     return True
 
 

@@ -4,6 +4,6 @@ Every handler has PhysicsNeMo's signature ``handler(func, types, args, kwargs)``
 ShardTensors to local tensors (differentiably), runs ``func`` locally, adds the collective the op
 needs and rewraps. User handlers (``ShardTensor.register_function_handler``) are looked up first.
 """
-from meshshard.tensor._ops import cat, matmul, permute, pointwise, reduction, rowwise  # noqa: F401
+from meshshard.tensor._ops import cat, extrema, matmul, permute, pointwise, reduction, rowwise  # noqa: F401
 
 __all__: list = []

@@ -12,6 +12,8 @@ Checks that keep results exact:
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.utils import _pytree as pytree
 
@@ -20,7 +22,7 @@ from meshshard.tensor import _registry as reg
 from meshshard.tensor.shard_tensor import _FromLocal
 from meshshard.tensor.spec import shard_dims_of, sizes_by_mesh_dim
 
-__all__ = ["WAY_OUT", "layout", "is_replicated", "op_name", "reference", "local_of", "align_plain", "wrap",
+__all__ = ["WAY_OUT", "PromotionWarning", "promote_plain", "layout", "is_replicated", "op_name", "reference", "local_of", "align_plain", "wrap",
            "norm_dims", "register"]
 
 WAY_OUT = ("register a handler with ShardTensor.register_function_handler, or redistribute / "
@@ -73,6 +75,33 @@ def local_of(func, st, ref, align: bool = False):
         f"sizes {st._shard_sizes} vs {ref.placements} with shard sizes {ref._shard_sizes}. Shard "
         "boundaries must match element by element; redistribute one of them first "
         "(x.redistribute(placements=..., sharding_shapes=y.sharding_shapes())).")
+
+
+class PromotionWarning(UserWarning):
+    """A plain tensor met a ShardTensor in an element-wise op or ``cat`` and was promoted to
+    Replicate (every rank must pass the same value). Shown once per op; 0-d tensors and
+    ``nn.Parameter`` (replicated by contract, as in DDP) promote silently."""
+
+
+def promote_plain(func, t: torch.Tensor, ref):
+    """The promotion rule for a plain tensor ``t`` meeting ShardTensors laid out like ``ref``:
+    it is a Replicate value (warning once per op with :class:`PromotionWarning`, unless it is 0-d
+    or an ``nn.Parameter``), so each rank uses the rows that meet its shard (:func:`align_plain`).
+
+    Args:
+        func: the op, for the message.
+        t: the plain tensor.
+        ref: the reference ShardTensor.
+
+    Returns:
+        ``t`` aligned with this rank's shard.
+    """
+    if t.dim() > 0 and not isinstance(t, torch.nn.Parameter):
+        warnings.warn(f"ShardTensor: {op_name(func)} mixes a plain tensor with a ShardTensor; the plain tensor "
+                      "is promoted to Replicate, so every rank must pass the same value (wrap it with "
+                      "ShardTensor.from_local(t, mesh, (Replicate(),)) to state that and get an exact gradient)",
+                      PromotionWarning, stacklevel=4)
+    return align_plain(func, t, ref)
 
 
 def align_plain(func, t: torch.Tensor, ref):
