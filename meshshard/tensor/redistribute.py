@@ -13,8 +13,8 @@ import torch
 from meshshard.distributed import Partial, Replicate, Shard
 from meshshard.distributed.agree import get_validation, validation
 from meshshard.distributed.autograd import all_gather_v, all_reduce_sum, all_to_all_v, reduce_scatter_v
-from meshshard.tensor.spec import (chunk_sizes, layout_signature, normalize_placements, resolve_sharding_shapes,
-                                   shard_dim_of)
+from meshshard.tensor.spec import (chunk_sizes, layout_signature, normalize_placements, pack_sizes,
+                                   resolve_sharding_shapes, shard_dims_of, sizes_by_mesh_dim)
 
 __all__ = ["redistribute", "redistribute_local"]
 
@@ -90,39 +90,66 @@ def _shard_to_shard(local, old: Sequence[int], i: int, new: Sequence[int], j: in
     return torch.cat(parts, dim=i)
 
 
+class _ReplicateToPartial(torch.autograd.Function):
+    """Replicate -> Partial: coordinate 0 keeps the value, the others hold zeros (exact sum);
+    backward passes the gradient through (a Partial tensor's gradient is replicated)."""
+
+    @staticmethod
+    def forward(ctx, local, coord):
+        return local.clone() if coord == 0 else torch.zeros_like(local)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _free(cur, m: int, dim: int) -> bool:
+    """True when no mesh dim other than ``m`` shards tensor dim ``dim``."""
+    return not any(isinstance(p, Shard) and p.dim == dim for k, p in enumerate(cur) if k != m)
+
+
 def redistribute_local(local: torch.Tensor, mesh, src_placements, src_sizes, dst_placements, dst_sizes) -> torch.Tensor:
     """Change the layout of this rank's ``local`` tensor; differentiable when grad is enabled.
 
-    Mesh dims whose target is not Shard are handled first, so at most one mesh dim shards the
-    tensor at any time.
+    Sizes are ``_shard_sizes`` values (flat for one sharding mesh dim, one entry per mesh dim for
+    several). First every mesh dim leaves its placement: straight to its target when that is a
+    Shard of a dim no other mesh dim shards (all-to-all-v, reduce-scatter-v, rebalance), else to
+    Replicate (all-gather-v, all-reduce); then the Replicate mesh dims take their targets (local
+    slice, or Partial). Each step works on one mesh dim's group, whose ranks share every other
+    sharded dim's size.
     """
     cur = list(src_placements)
-    cur_sizes = None if src_sizes is None else list(src_sizes)
-    order = [m for m in range(mesh.ndim) if not isinstance(dst_placements[m], Shard)]
-    order += [m for m in range(mesh.ndim) if isinstance(dst_placements[m], Shard)]
-    for m in order:
+    cs = list(sizes_by_mesh_dim(src_placements, src_sizes))
+    ds = sizes_by_mesh_dim(dst_placements, dst_sizes)
+    for m in range(mesh.ndim):
         a, b = cur[m], dst_placements[m]
         group, coord = mesh.get_group(m), mesh.get_local_rank(m)
+        if a == b and (not isinstance(a, Shard) or list(cs[m]) == list(ds[m])):
+            continue
         if isinstance(a, Shard) and isinstance(b, Shard) and a.dim == b.dim:
-            if list(cur_sizes) != list(dst_sizes):
-                local = _rebalance(local, cur_sizes, dst_sizes, a.dim, group, coord)
-                cur_sizes = list(dst_sizes)
-        elif a == b:
-            pass
-        elif isinstance(a, Partial) and isinstance(b, Replicate):
+            local = _rebalance(local, cs[m], ds[m], a.dim, group, coord)
+        elif isinstance(b, Shard) and _free(cur, m, b.dim) and isinstance(a, Partial):
+            local = reduce_scatter_v(local, list(ds[m]), dim=b.dim, group=group)
+        elif isinstance(b, Shard) and _free(cur, m, b.dim) and isinstance(a, Shard):
+            local = _shard_to_shard(local, cs[m], a.dim, ds[m], b.dim, group, coord)
+        elif isinstance(a, Shard):
+            local = _GatherToReplicate.apply(local, list(cs[m]), a.dim, group, coord)
+            b = Replicate()
+        elif isinstance(a, Partial) and not isinstance(b, Partial):
             local = all_reduce_sum(local, group=group)
-        elif isinstance(a, Partial) and isinstance(b, Shard):
-            local = reduce_scatter_v(local, dst_sizes, dim=b.dim, group=group)
-            cur_sizes = list(dst_sizes)
-        elif isinstance(a, Shard) and isinstance(b, Replicate):
-            local = _GatherToReplicate.apply(local, list(cur_sizes), a.dim, group, coord)
-            cur_sizes = None
-        elif isinstance(a, Replicate) and isinstance(b, Shard):
-            local = _SliceFromReplicate.apply(local, list(dst_sizes), b.dim, group, coord)
-            cur_sizes = list(dst_sizes)
-        elif isinstance(a, Shard) and isinstance(b, Shard):
-            local = _shard_to_shard(local, cur_sizes, a.dim, dst_sizes, b.dim, group, coord)
-            cur_sizes = list(dst_sizes)
+            b = Replicate()
+        else:
+            continue  # Replicate: takes its target below
+        cur[m], cs[m] = b, (ds[m] if isinstance(b, Shard) else None)
+    for m in range(mesh.ndim):
+        a, b = cur[m], dst_placements[m]
+        if a == b:
+            continue
+        group, coord = mesh.get_group(m), mesh.get_local_rank(m)
+        if isinstance(a, Replicate) and isinstance(b, Shard):
+            local = _SliceFromReplicate.apply(local, list(ds[m]), b.dim, group, coord)
+        elif isinstance(a, Replicate) and isinstance(b, Partial):
+            local = _ReplicateToPartial.apply(local, coord)
         else:
             raise NotImplementedError(f"ShardTensor.redistribute: {a} -> {b} on mesh dim {m} is not supported")
         cur[m] = b
@@ -136,25 +163,29 @@ def redistribute(st, placements=None, sharding_shapes=None):
     mesh = st.device_mesh
     target = normalize_placements(st.placements if placements is None else placements, mesh)
     target = tuple(Shard(p.dim % st.dim()) if isinstance(p, Shard) and p.dim < 0 else p for p in target)
-    dst_sd, src_sd = shard_dim_of(target), shard_dim_of(st.placements)
-    new_sizes = None
-    checked = False
-    if dst_sd is not None:
-        m, d = dst_sd
+    dst_sds = shard_dims_of(target)
+    for _, d in dst_sds:
         if d >= st.dim():
             raise ValueError(f"redistribute: Shard({d}) of a {st.dim()}-d tensor")
-        if sharding_shapes is not None:
-            # One exchange checks on every rank alike the new layout (sum, agreement) and the tensor
-            # (dtype, features, placements, current sizes), so a bad layout on one rank cannot hang
-            # the others, and the collectives below need no check of their own.
-            checked = get_validation() and mesh.size() > 1
-            new_sizes = resolve_sharding_shapes("redistribute", sharding_shapes, mesh, target, total=st.shape[d],
-                                                signature=layout_signature(st._local_tensor, mesh, st.placements,
-                                                                           st._shard_sizes))
-        elif src_sd == dst_sd:
-            new_sizes = list(st._shard_sizes)
-        else:
-            new_sizes = chunk_sizes(st.shape[d], mesh.size(m))
+    src = sizes_by_mesh_dim(st.placements, st._shard_sizes)
+    new_sizes = None
+    checked = False
+    if dst_sds and sharding_shapes is not None:
+        # One exchange checks on every rank alike the new layout (sum, agreement) and the tensor
+        # (dtype, features, placements, current sizes), so a bad layout on one rank cannot hang
+        # the others, and the collectives below need no check of their own.
+        checked = get_validation() and mesh.size() > 1
+        totals = [st.shape[d] for _, d in dst_sds]
+        new_sizes = resolve_sharding_shapes("redistribute", sharding_shapes, mesh, target,
+                                            total=totals[0] if len(totals) == 1 else totals,
+                                            signature=layout_signature(st._local_tensor, mesh, st.placements,
+                                                                       st._shard_sizes))
+    elif dst_sds:
+        per_dim = [None] * mesh.ndim
+        for m, d in dst_sds:
+            same = st.placements[m] == target[m]
+            per_dim[m] = list(src[m]) if same else chunk_sizes(st.shape[d], mesh.size(m))
+        new_sizes = pack_sizes(target, per_dim)
     local = st.to_local()
     with validation(not checked and get_validation()):  # checked above already: no second check
         local = redistribute_local(local, mesh, st.placements, st._shard_sizes, target, new_sizes)

@@ -9,8 +9,8 @@ from meshshard.distributed import DeviceMesh, Partial, Shard, broadcast, default
 from meshshard.distributed.agree import DTYPES as _DTYPES, dtype_code as _dtype_code
 from meshshard.distributed.autograd import scatter_v
 from meshshard.tensor.shard_tensor import ShardTensor
-from meshshard.tensor.spec import (_SLOTS, chunk_sizes, normalize_placements,
-                                   resolve_sharding_shapes, shard_dim_of)
+from meshshard.tensor.spec import (_SLOTS, chunk_sizes, normalize_placements, resolve_sharding_shapes, shard_dims_of,
+                                   sizes_by_mesh_dim)
 
 __all__ = ["scatter_tensor"]
 
@@ -48,7 +48,8 @@ def scatter_tensor(tensor: Optional[torch.Tensor], global_src: int, mesh: Option
         tensor: the full tensor on ``global_src``.
         global_src: global rank that holds it.
         mesh: device mesh (``None``: the default 1-D mesh).
-        placements: ``None``: ``(Shard(0),)``; Replicate allowed on other mesh dims.
+        placements: ``None``: ``(Shard(0),)``; Replicate or Shard (other tensor dims) on other
+            mesh dims.
         sharding_shapes: shard layout as in :meth:`ShardTensor.from_local`
             (``None``: the ``torch.chunk`` layout).
         requires_grad: make the result a leaf that requires grad.
@@ -79,33 +80,51 @@ def scatter_tensor(tensor: Optional[torch.Tensor], global_src: int, mesh: Option
         raise ValueError(f"scatter_tensor: unsupported tensor (dtype code {code} or more than {_SLOTS} dims)")
     dtype, shape = _DTYPES[code], [int(v) for v in meta[2:2 + ndim]]
     placements = tuple(Shard(p.dim % max(ndim, 1)) if isinstance(p, Shard) and p.dim < 0 else p for p in placements)
-    sd = shard_dim_of(placements)
+    sds = shard_dims_of(placements)
     device = tensor.device if is_src else torch.device(mesh.device_type if mesh.device_type != "cpu" else "cpu")
-    if sd is None:
+    if not sds:
         buf = tensor.detach().clone() if is_src else torch.empty(shape, dtype=dtype, device=device)
         local = _broadcast_along(buf, mesh, range(mesh.ndim), src_coords)
         return ShardTensor.from_local(local, mesh, placements, sharding_shapes={}).requires_grad_(requires_grad)
-    m, d = sd
-    if d >= ndim:
-        raise ValueError(f"scatter_tensor: Shard({d}) of a {ndim}-d tensor")
-    sizes = (chunk_sizes(shape[d], mesh.size(m)) if sharding_shapes is None
-             else resolve_sharding_shapes("scatter_tensor", sharding_shapes, mesh, placements, total=shape[d]))
-    coord = mesh.get_local_rank(m)
-    mine = [mesh.get_local_rank(k) for k in range(mesh.ndim)]
-    in_src_group = all(mine[k] == src_coords[k] for k in range(mesh.ndim) if k != m)
-    if in_src_group:
-        if is_src:
-            carrier = tensor.detach()
-        else:
-            carrier_shape = list(shape)
-            carrier_shape[d] = 0  # a carrier of dtype and feature sizes only: no data travels here
-            carrier = torch.empty(carrier_shape, dtype=dtype, device=device)
-        with torch.no_grad():
-            local = scatter_v(carrier, sizes, dim=d, src=src_coords[m], group=mesh.get_group(m)).contiguous()
+    for _, d in sds:
+        if d >= ndim:
+            raise ValueError(f"scatter_tensor: Shard({d}) of a {ndim}-d tensor")
+    if sharding_shapes is None:
+        per_dim = [None] * mesh.ndim
+        for m, d in sds:
+            per_dim[m] = chunk_sizes(shape[d], mesh.size(m))
     else:
-        own = list(shape)
-        own[d] = sizes[coord]
-        local = torch.empty(own, dtype=dtype, device=device)
-    local = _broadcast_along(local, mesh, [k for k in range(mesh.ndim) if k != m], src_coords)
-    st = ShardTensor.from_local(local, mesh, placements, sharding_shapes={m: list(sizes)})
+        totals = [shape[d] for _, d in sds]
+        per_dim = sizes_by_mesh_dim(placements, resolve_sharding_shapes(
+            "scatter_tensor", sharding_shapes, mesh, placements, total=totals[0] if len(totals) == 1 else totals))
+    mine = [mesh.get_local_rank(k) for k in range(mesh.ndim)]
+    # Scatter along one sharding mesh dim at a time: after step k, every rank whose coordinates
+    # match the source's on the mesh dims not yet scattered holds its block of the scattered dims.
+    local = tensor.detach() if is_src else None
+    done = set()
+    with torch.no_grad():
+        for m, d in sds:
+            holds = all(mine[k] == src_coords[k] for k in range(mesh.ndim) if k not in done and k != m)
+            if holds:
+                if local is None:  # a carrier of dtype and the other sizes only: no data travels here
+                    carrier_shape = _block_shape(shape, sds, per_dim, mine, done)
+                    carrier_shape[d] = 0
+                    local = torch.empty(carrier_shape, dtype=dtype, device=device)
+                local = scatter_v(local, list(per_dim[m]), dim=d, src=src_coords[m],
+                                  group=mesh.get_group(m)).contiguous()
+            done.add(m)
+    if local is None:
+        local = torch.empty(_block_shape(shape, sds, per_dim, mine, done), dtype=dtype, device=device)
+    local = _broadcast_along(local, mesh, [k for k in range(mesh.ndim) if k not in done], src_coords)
+    st = ShardTensor.from_local(local, mesh, placements,
+                                sharding_shapes={m: list(per_dim[m]) for m, _ in sds})
     return st.requires_grad_(requires_grad) if requires_grad else st
+
+
+def _block_shape(shape, sds, per_dim, coords, scattered):
+    """This rank's block of ``shape`` once the mesh dims in ``scattered`` have split it."""
+    out = list(shape)
+    for m, d in sds:
+        if m in scattered:
+            out[d] = per_dim[m][coords[m]]
+    return out

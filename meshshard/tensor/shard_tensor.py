@@ -10,9 +10,11 @@ issues on them itself (grad accumulation, ``ones_like`` for ``backward()``, ``de
 locally in a minimal ``__torch_dispatch__``. Any other op raises NotImplementedError naming it:
 never a silently wrong answer.
 
-Gradient conventions: the gradient of a ShardTensor has its placements. For a sharded tensor each
+Gradient conventions: the gradient of a ShardTensor has its placements, except that Partial
+becomes Replicate (:func:`~meshshard.tensor.spec.gradient_placements`). For a sharded tensor each
 rank holds the gradient of its own rows (exact). For a replicated ShardTensor (e.g. a ``sum``)
-every rank holds the full, identical gradient. Gradients of plain-tensor parameters used in
+every rank holds the full, identical gradient; so does a Partial one, whose value is the sum of
+the local tensors (each local tensor's gradient is the whole gradient). Gradients of plain-tensor parameters used in
 ShardTensor ops (``nn.Linear`` weights ...) are per-rank partial sums, exactly as in DDP: the
 caller all-reduces them (``meshshard.ops.conv.all_reduce_gradients`` does).
 """
@@ -25,8 +27,9 @@ from torch.utils import _pytree as pytree
 
 from meshshard.distributed import DeviceMesh, DTensor, Replicate, Shard, default_device_mesh
 from meshshard.tensor import _registry as reg
-from meshshard.tensor.spec import (infer_shard_sizes, layout_signature, make_spec, normalize_placements,
-                                   resolve_sharding_shapes, shard_dim_of)
+from meshshard.tensor.spec import (gradient_placements, infer_shard_sizes, layout_signature, make_spec,
+                                   normalize_placements, pack_sizes, resolve_sharding_shapes, shard_dim_of,
+                                   shard_dims_of, sizes_by_mesh_dim)
 
 __all__ = ["ShardTensor"]
 
@@ -39,7 +42,8 @@ def _make(local: torch.Tensor, mesh: DeviceMesh, placements, shard_sizes, requir
     out = torch.Tensor._dtensor__new__(ShardTensor, local, spec, requires_grad=requires_grad)
     out._spec = spec
     out._local_tensor = local
-    out._shard_sizes = None if shard_sizes is None else tuple(int(s) for s in shard_sizes)
+    out._shard_sizes = None if shard_sizes is None else pack_sizes(placements, sizes_by_mesh_dim(placements,
+                                                                                                shard_sizes))
     return out
 
 
@@ -69,11 +73,12 @@ class _ToLocal(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         mesh, placements, sizes = ctx.layout
-        if ctx.grad_placements is not None and tuple(ctx.grad_placements) != tuple(placements):
+        target = gradient_placements(placements)
+        if ctx.grad_placements is not None and tuple(ctx.grad_placements) != target:
             from meshshard.tensor.redistribute import redistribute_local
             with torch.no_grad():
-                grad = redistribute_local(grad, mesh, tuple(ctx.grad_placements), sizes, placements, sizes)
-        return _make(grad.contiguous(), mesh, placements, sizes), None
+                grad = redistribute_local(grad, mesh, tuple(ctx.grad_placements), sizes, target, sizes)
+        return _make(grad.contiguous(), mesh, target, sizes), None
 
 
 def _grad_local(grad, mesh, placements, sizes) -> torch.Tensor:
@@ -83,10 +88,11 @@ def _grad_local(grad, mesh, placements, sizes) -> torch.Tensor:
             raise TypeError("ShardTensor backward received a plain DTensor gradient; mix ShardTensor only "
                             "with plain tensors and other ShardTensors")
         return grad  # a plain tensor from the engine: already local
-    if tuple(grad.placements) != tuple(placements) or grad._shard_sizes != sizes:
+    target = gradient_placements(placements)
+    if tuple(grad.placements) != target or grad._shard_sizes != sizes:
         from meshshard.tensor.redistribute import redistribute_local
         with torch.no_grad():
-            return redistribute_local(grad._local_tensor, mesh, grad.placements, grad._shard_sizes, placements, sizes)
+            return redistribute_local(grad._local_tensor, mesh, grad.placements, grad._shard_sizes, target, sizes)
     return grad._local_tensor
 
 
@@ -111,8 +117,10 @@ class ShardTensor(DTensor):
     """A :class:`DTensor` whose shards may differ in size from rank to rank.
 
     Create one with :meth:`from_local` (each rank passes its own rows) or
-    :func:`meshshard.tensor.scatter_tensor` (one rank splits a full tensor). At most one mesh dim
-    may Shard the tensor; the others Replicate (e.g. data-parallel x domain-parallel meshes).
+    :func:`meshshard.tensor.scatter_tensor` (one rank splits a full tensor). Several mesh dims may
+    Shard it, each a different tensor dim (``(Shard(2), Shard(3))`` on a 2-D mesh splits an image
+    in height and width, unevenly on each); others Replicate (e.g. data-parallel x domain-parallel
+    meshes) or hold Partial sums.
     :meth:`sharding_shapes` gives every rank's local shape, :meth:`offsets` where this rank's
     rows start.
 
@@ -160,17 +168,20 @@ class ShardTensor(DTensor):
         placements = normalize_placements(placements, mesh)
         placements = tuple(Shard(p.dim % max(local_tensor.dim(), 1)) if isinstance(p, Shard) and p.dim < 0 else p
                            for p in placements)
-        sd = shard_dim_of(placements)
+        sds = shard_dims_of(placements)
         if isinstance(sharding_shapes, str) and sharding_shapes == "infer":
             sizes = infer_shard_sizes(local_tensor, mesh, placements)  # raises on every rank if bad
-        elif isinstance(sharding_shapes, str) and sharding_shapes == "chunk":
-            if sd is not None and sd[1] >= local_tensor.dim():
-                raise ValueError(f"ShardTensor.from_local: Shard({sd[1]}) of a {local_tensor.dim()}-d tensor")
-            sizes = None if sd is None else [int(local_tensor.shape[sd[1]])] * mesh.size(sd[0])
+            return _FromLocal.apply(local_tensor, mesh, placements, sizes)
+        for _, d in sds:
+            if d >= local_tensor.dim():
+                raise ValueError(f"ShardTensor.from_local: Shard({d}) of a {local_tensor.dim()}-d tensor")
+        if isinstance(sharding_shapes, str) and sharding_shapes == "chunk":
+            per_dim = [None] * mesh.ndim
+            for m, d in sds:
+                per_dim[m] = [int(local_tensor.shape[d])] * mesh.size(m)
+            sizes = pack_sizes(placements, per_dim)
         elif isinstance(sharding_shapes, (dict, list, tuple, torch.Tensor)):
-            if sd is not None and sd[1] >= local_tensor.dim():
-                raise ValueError(f"ShardTensor.from_local: Shard({sd[1]}) of a {local_tensor.dim()}-d tensor")
-            coord = None if sd is None else mesh.get_local_rank(sd[0])
+            coord = mesh.get_local_rank(sds[0][0]) if len(sds) == 1 else None
             sizes = resolve_sharding_shapes("ShardTensor.from_local", sharding_shapes, mesh, placements,
                                             tuple(local_tensor.shape), coord,
                                             signature=layout_signature(local_tensor, mesh, placements))
@@ -186,20 +197,34 @@ class ShardTensor(DTensor):
         Returns:
             e.g. ``{0: [torch.Size([n0, F]), torch.Size([n1, F]), ...]}`` for ``Shard(0)`` of ``[N, F]``.
         """
-        sd = shard_dim_of(self.placements)
-        if sd is None:
-            return {}
-        m, d = sd
-        out = []
-        for s in self._shard_sizes:
-            shape = list(self._local_tensor.shape)
-            shape[d] = s
-            out.append(torch.Size(shape))
-        return {m: out}
+        per_dim = sizes_by_mesh_dim(self.placements, self._shard_sizes)
+        out = {}
+        for m, d in shard_dims_of(self.placements):
+            shapes = []
+            for s in per_dim[m]:
+                shape = list(self._local_tensor.shape)
+                shape[d] = s
+                shapes.append(torch.Size(shape))
+            out[m] = shapes
+        return out
 
-    def shard_sizes(self) -> Optional[List[int]]:
-        """Sizes of every rank's shard along the sharded tensor dim (``None`` when not sharded)."""
-        return None if self._shard_sizes is None else list(self._shard_sizes)
+    def shard_sizes(self, mesh_dim: Optional[int] = None) -> Optional[List[int]]:
+        """Sizes of every rank's shard along a sharded tensor dim (``None`` when not sharded).
+
+        Args:
+            mesh_dim: the sharding mesh dim whose sizes to return; ``None``: the one that shards
+                (required when several do).
+
+        Returns:
+            One size per rank of that mesh dim, e.g. ``[n0, n1, ...]`` for ``Shard(0)`` of ``[N, F]``.
+        """
+        per_dim = sizes_by_mesh_dim(self.placements, self._shard_sizes)
+        if mesh_dim is None:
+            sd = shard_dim_of(self.placements)
+            if sd is None:
+                return None
+            mesh_dim = sd[0]
+        return None if per_dim[mesh_dim] is None else list(per_dim[mesh_dim])
 
     def offsets(self, mesh_dim: Optional[int] = None) -> int:
         """Start of this rank's shard along the sharded tensor dim.
@@ -212,19 +237,22 @@ class ShardTensor(DTensor):
                 (0 when nothing is sharded). A mesh dim that does not Shard the tensor gives 0.
 
         Returns:
-            The offset as an int (PhysicsNeMo returns a tuple over mesh dims for ``None``).
+            The offset as an int; for ``mesh_dim=None`` with several sharding mesh dims, a tuple
+            with one offset per mesh dim (as PhysicsNeMo returns).
         """
         if mesh_dim is None:
-            sd = shard_dim_of(self.placements)
-            if sd is None:
+            sds = shard_dims_of(self.placements)
+            if len(sds) > 1:
+                return tuple(self.offsets(m) for m in range(self.device_mesh.ndim))
+            if not sds:
                 return 0
-            mesh_dim = sd[0]
+            mesh_dim = sds[0][0]
         if not 0 <= mesh_dim < self.device_mesh.ndim:
             raise ValueError(f"offsets: mesh_dim={mesh_dim} is not a dim of a {self.device_mesh.ndim}-D mesh")
         if not isinstance(self.placements[mesh_dim], Shard):
             return 0
         coord = self.device_mesh.get_local_rank(mesh_dim)
-        return int(sum(self._shard_sizes[:coord]))
+        return int(sum(sizes_by_mesh_dim(self.placements, self._shard_sizes)[mesh_dim][:coord]))
 
     # ------------------------------------------------------------------ conversions
     def to_local(self, *, grad_placements=None) -> torch.Tensor:
@@ -250,14 +278,18 @@ class ShardTensor(DTensor):
         Supported per mesh dim: Shard(i) -> Replicate (all-gather-v), Replicate -> Shard(j) (local
         slice), Shard(i) -> Shard(j) (all-to-all-v), Shard(i) -> Shard(i) with new sizes
         (rebalance: each row moves to its new owner with all-to-all-v), Partial -> Replicate
-        (all-reduce) and Partial -> Shard(j) (reduce-scatter-v).
+        (all-reduce), Partial -> Shard(j) (reduce-scatter-v), Replicate -> Partial (coordinate 0
+        keeps the value, the others zeros) and Shard -> Partial (through Replicate). With several
+        sharding mesh dims every mesh dim changes in turn; a Shard(j) target whose dim another mesh
+        dim still shards goes through Replicate.
 
         Args:
             device_mesh: must be this tensor's mesh (or ``None``).
             placements: target placements (``None``: keep).
             sharding_shapes: target layout for a Shard target, same forms as in
-                :meth:`from_local` (``None``: keep the sizes for the same Shard dim, else the
-                ``torch.chunk`` layout). Every rank passes the same value.
+                :meth:`from_local` (a dict with every sharding mesh dim when several shard;
+                ``None``: keep the sizes for the same Shard dim, else the ``torch.chunk`` layout).
+                Every rank passes the same value.
             async_op: accepted for DTensor compatibility; the exchange is always synchronous.
 
         Returns:
@@ -296,7 +328,8 @@ class ShardTensor(DTensor):
         if gradient is None:
             if self.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            gradient = _make(torch.ones_like(self._local_tensor), self.device_mesh, self.placements, self._shard_sizes)
+            gradient = _make(torch.ones_like(self._local_tensor), self.device_mesh,
+                             gradient_placements(self.placements), self._shard_sizes)
         torch.autograd.backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
 
     def __repr__(self):
@@ -354,6 +387,9 @@ class ShardTensor(DTensor):
         if _is_passthrough(func):
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
+        replicated = _replicated_mesh(args, kwargs)
+        if replicated is not None:
+            return _run_replicated(func, args, kwargs, replicated)
         raise NotImplementedError(
             f"ShardTensor does not support {_func_name(func)} (it could silently mix rows of different "
             "ranks). Register a handler with ShardTensor.register_function_handler(func, handler), or "
@@ -371,6 +407,32 @@ class ShardTensor(DTensor):
             f"ShardTensor: aten op {func} reached __torch_dispatch__ and is not supported. Use "
             "ShardTensor.register_dispatch_handler(op, handler), or register_function_handler for the "
             "torch function that issued it.")
+
+
+def _replicated_mesh(args, kwargs) -> Optional[DeviceMesh]:
+    """The mesh of the ShardTensor arguments when all of them are fully Replicate on one mesh."""
+    sts = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, ShardTensor)]
+    if not sts or any(st.device_mesh != sts[0].device_mesh for st in sts):
+        return None
+    if all(isinstance(p, Replicate) for st in sts for p in st.placements):
+        return sts[0].device_mesh
+    return None
+
+
+def _run_replicated(func, args, kwargs, mesh: DeviceMesh):
+    """Any op on replicated data runs locally: every rank holds the whole value (plain tensors
+    among the arguments are replicated values too), so the local result is the whole result,
+    rewrapped as Replicate. Differentiable through ``to_local`` / ``from_local``; in-place ops are
+    refused (they would modify the local tensor behind autograd's back)."""
+    name = _func_name(func)
+    if name.endswith("_") and not name.endswith("__"):
+        raise NotImplementedError(f"ShardTensor: in-place {name} on a replicated ShardTensor; use the "
+                                  "out-of-place op")
+    placements = (Replicate(),) * mesh.ndim
+    largs, lkwargs = pytree.tree_map(lambda x: x.to_local() if isinstance(x, ShardTensor) else x, (args, kwargs))
+    out = func(*largs, **lkwargs)
+    return pytree.tree_map(
+        lambda t: _FromLocal.apply(t, mesh, placements, None) if isinstance(t, torch.Tensor) else t, out)
 
 
 def _func_name(func) -> str:
@@ -407,7 +469,7 @@ def _dispatch_locally(func, args, kwargs):
         if tuple(local_args[1]) != tuple(args[0].shape):
             raise NotImplementedError(f"ShardTensor: {func} to another shape is not supported")
         return _make(local_args[0].view(local_args[0].shape), mesh, placements, sizes)
-    if func is aten._local_scalar_dense.default and shard_dim_of(placements) is not None:
+    if func is aten._local_scalar_dense.default and shard_dims_of(placements):
         raise NotImplementedError("ShardTensor: item() of a sharded tensor; call full_tensor() first")
     out = func(*local_args, **local_kwargs)
     if func in _INPLACE:

@@ -19,6 +19,10 @@ from meshshard.distributed.agree import dtype_code as _dtype_code, dtype_name, g
 __all__ = [
     "normalize_placements",
     "shard_dim_of",
+    "shard_dims_of",
+    "sizes_by_mesh_dim",
+    "pack_sizes",
+    "gradient_placements",
     "chunk_sizes",
     "global_shape",
     "make_spec",
@@ -34,8 +38,16 @@ _SLOTS = 8  # dims compared one by one in the shape exchange
 def normalize_placements(placements, mesh: DeviceMesh) -> Tuple[Placement, ...]:
     """Check placements against ``mesh`` and return them as a tuple.
 
-    ``None`` means ``(Shard(0),)`` (Replicate on any further mesh dims). At most one placement may
-    be :class:`Shard`: a ShardTensor is split along one tensor dim.
+    ``None`` means ``(Shard(0),)`` (Replicate on any further mesh dims). Several mesh dims may
+    Shard, each a different tensor dim (``(Shard(2), Shard(3))``: an image split in height and
+    width); the same tensor dim sharded by two mesh dims raises NotImplementedError.
+
+    Args:
+        placements: a Placement, a sequence of them (one per mesh dim) or ``None``.
+        mesh: the device mesh.
+
+    Returns:
+        The placements as a tuple.
     """
     if placements is None:
         placements = (Shard(0),) + (Replicate(),) * (mesh.ndim - 1)
@@ -49,18 +61,96 @@ def normalize_placements(placements, mesh: DeviceMesh) -> Tuple[Placement, ...]:
             raise TypeError(f"ShardTensor: unsupported placement {p!r} (use Shard, Replicate or Partial)")
         if isinstance(p, Partial) and p.reduce_op != "sum":
             raise NotImplementedError(f"ShardTensor: only Partial('sum') is supported, got {p!r}")
-    if sum(isinstance(p, Shard) for p in placements) > 1:
-        raise NotImplementedError("ShardTensor: at most one mesh dim may Shard the tensor "
-                                  f"(got {placements}); use Replicate on the others")
+    dims = [p.dim for p in placements if isinstance(p, Shard)]
+    if len(set(dims)) != len(dims):
+        raise NotImplementedError("ShardTensor: the same tensor dim sharded by several mesh dims "
+                                  f"(got {placements}) is not supported; shard different tensor dims")
     return placements
 
 
+def shard_dims_of(placements: Sequence[Placement]) -> List[Tuple[int, int]]:
+    """``[(mesh_dim, tensor_dim), ...]`` of every Shard placement, in mesh-dim order.
+
+    Args:
+        placements: one placement per mesh dim.
+
+    Returns:
+        One pair per sharding mesh dim (empty when nothing is sharded).
+    """
+    return [(m, p.dim) for m, p in enumerate(placements) if isinstance(p, Shard)]
+
+
 def shard_dim_of(placements: Sequence[Placement]) -> Optional[Tuple[int, int]]:
-    """``(mesh_dim, tensor_dim)`` of the Shard placement, or ``None`` when nothing is sharded."""
-    for m, p in enumerate(placements):
-        if isinstance(p, Shard):
-            return m, p.dim
-    return None
+    """``(mesh_dim, tensor_dim)`` of the Shard placement, or ``None`` when nothing is sharded.
+
+    Raises NotImplementedError when several mesh dims shard: callers written for one sharded dim
+    must refuse such tensors loudly rather than compute with the wrong rows.
+    """
+    sds = shard_dims_of(placements)
+    if len(sds) > 1:
+        raise NotImplementedError(f"ShardTensor: this operation does not support a tensor sharded on several "
+                                  f"mesh dims ({tuple(placements)}); redistribute so one mesh dim shards it")
+    return sds[0] if sds else None
+
+
+def sizes_by_mesh_dim(placements: Sequence[Placement], shard_sizes) -> List[Optional[Tuple[int, ...]]]:
+    """Per mesh dim, the shard sizes along its tensor dim (``None`` for a mesh dim that does not Shard).
+
+    Args:
+        placements: one placement per mesh dim.
+        shard_sizes: a ShardTensor's ``_shard_sizes``: ``None`` (nothing sharded), the sizes of the
+            one sharding mesh dim (a flat sequence of ints), or one entry per mesh dim (several
+            sharding mesh dims).
+
+    Returns:
+        A list with one entry per mesh dim.
+    """
+    out: List[Optional[Tuple[int, ...]]] = [None] * len(placements)
+    sds = shard_dims_of(placements)
+    if not sds or shard_sizes is None:
+        return out
+    if len(sds) == 1 and all(isinstance(v, int) for v in shard_sizes):
+        out[sds[0][0]] = tuple(int(v) for v in shard_sizes)
+        return out
+    for m, _ in sds:
+        out[m] = tuple(int(v) for v in shard_sizes[m])
+    return out
+
+
+def pack_sizes(placements: Sequence[Placement], per_mesh_dim) -> Optional[tuple]:
+    """Inverse of :func:`sizes_by_mesh_dim`: the ``_shard_sizes`` form of per-mesh-dim sizes.
+
+    Args:
+        placements: one placement per mesh dim.
+        per_mesh_dim: one entry per mesh dim (sizes or ``None``).
+
+    Returns:
+        ``None`` when nothing is sharded, the flat sizes of the one sharding mesh dim, or a tuple with
+        one entry per mesh dim (``None`` where it does not Shard) when several mesh dims shard.
+    """
+    sds = shard_dims_of(placements)
+    if not sds:
+        return None
+    if len(sds) == 1:
+        return tuple(int(v) for v in per_mesh_dim[sds[0][0]])
+    return tuple(tuple(int(v) for v in per_mesh_dim[m]) if isinstance(p, Shard) else None
+                 for m, p in enumerate(placements))
+
+
+def gradient_placements(placements: Sequence[Placement]) -> Tuple[Placement, ...]:
+    """Placements of the gradient of a tensor with ``placements``: Partial becomes Replicate.
+
+    The value of a ``Partial("sum")`` tensor is the sum of the ranks' local tensors, so the
+    gradient with respect to every rank's local tensor is the whole gradient: replicated. Labelling
+    it Partial would make ``full_tensor()`` sum W copies of it.
+
+    Args:
+        placements: one placement per mesh dim.
+
+    Returns:
+        The same placements with every Partial replaced by Replicate.
+    """
+    return tuple(Replicate() if isinstance(p, Partial) else p for p in placements)
 
 
 def chunk_sizes(n: int, parts: int) -> List[int]:
@@ -71,12 +161,13 @@ def chunk_sizes(n: int, parts: int) -> List[int]:
     return [max(0, min(c, n - r * c)) for r in range(parts)]
 
 
-def global_shape(local_shape: Sequence[int], placements, shard_sizes: Optional[Sequence[int]]) -> torch.Size:
-    """Global shape: the local shape with the sharded dim replaced by ``sum(shard_sizes)``."""
+def global_shape(local_shape: Sequence[int], placements, shard_sizes) -> torch.Size:
+    """Global shape: the local shape with every sharded dim replaced by the sum of its shard sizes
+    (``shard_sizes`` in either form of :func:`sizes_by_mesh_dim`)."""
     shape = list(local_shape)
-    sd = shard_dim_of(placements)
-    if sd is not None:
-        shape[sd[1]] = int(sum(shard_sizes))
+    per_dim = sizes_by_mesh_dim(placements, shard_sizes)
+    for m, d in shard_dims_of(placements):
+        shape[d] = int(sum(per_dim[m]))
     return torch.Size(shape)
 
 
@@ -131,20 +222,23 @@ def infer_shard_sizes(local: torch.Tensor, mesh: DeviceMesh, placements) -> Opti
         placements: normalized placements (at most one Shard).
 
     Returns:
-        The shard sizes along the sharded tensor dim, one per rank of the sharding mesh dim, or
-        ``None`` when no placement is Shard.
+        The shard sizes in the ``_shard_sizes`` form of :func:`pack_sizes`: one per rank of the
+        sharding mesh dim (one entry per mesh dim when several shard), ``None`` when none does.
     """
-    sd = shard_dim_of(placements)
-    error, sizes = None, None
-    if sd is not None and sd[1] >= local.dim():
-        error = f"Shard({sd[1]}) is out of range for a {local.dim()}-d local tensor"
-    row = _shape_row(local, None if sd is None else sd[1])
+    by_mesh_dim = dict(shard_dims_of(placements))
+    error = None
+    per_dim: List[Optional[List[int]]] = [None] * mesh.ndim
+    for d in by_mesh_dim.values():
+        if d >= local.dim() and error is None:
+            error = f"Shard({d}) is out of range for a {local.dim()}-d local tensor"
     for m in range(mesh.ndim):
+        sharded_here = m in by_mesh_dim and error is None
+        # A mesh dim's ranks share every other sharded dim's size, so only its own dim is masked.
+        row = _shape_row(local, by_mesh_dim[m] if sharded_here else None)
         table = all_gather_sizes(row, mesh.get_group(m)).tolist()
-        sharded_here = sd is not None and sd[0] == m
         masked = [list(r) for r in table]
-        if sharded_here and error is None:
-            sizes = [r[2] for r in table]
+        if sharded_here:
+            per_dim[m] = [r[2] for r in table]
             for r in masked:
                 r[2] = -2
         if error is None and any(r != masked[0] for r in masked):
@@ -160,7 +254,7 @@ def infer_shard_sizes(local: torch.Tensor, mesh: DeviceMesh, placements) -> Opti
     if int(flag.item()) != 0:
         raise ValueError("ShardTensor.from_local(sharding_shapes='infer'): another rank of the mesh "
                          "passed a local tensor whose dtype or shape does not match (see its error)")
-    return sizes
+    return None if not by_mesh_dim else pack_sizes(placements, per_dim)
 
 
 def normalize_sharding_shapes(sharding_shapes, local_shape: Optional[Sequence[int]], mesh: DeviceMesh, placements,
@@ -229,13 +323,17 @@ def layout_signature(local: torch.Tensor, mesh: DeviceMesh, placements, shard_si
         placements: normalized placements (one per mesh dim).
         shard_sizes: the shard sizes along the sharded dim, or ``None`` (not compared).
     """
-    sd = shard_dim_of(placements)
-    row = _shape_row(local, None if sd is None else sd[1])
+    sds = shard_dims_of(placements)
+    row = _shape_row(local, sds[0][1] if sds else None)
+    for _, d in sds[1:]:  # further sharded dims differ between ranks too
+        if d < _SLOTS - 1:
+            row[3 + d] = -2
     row = row[:2] + row[3:]  # this rank's own size along the sharded dim may differ: leave it out
     codes = [0 if isinstance(p, Replicate) else 1 if isinstance(p, Partial) else 2 + p.dim for p in placements]
     codes = (codes + [-1] * mesh.ndim)[:mesh.ndim]
     total = mesh.size()
-    sizes = [int(v) for v in (shard_sizes or [])][:total]
+    per_dim = sizes_by_mesh_dim(placements, shard_sizes)
+    sizes = [v for sz in per_dim if sz is not None for v in sz][:total]
     return row + codes + sizes + [-1] * (total - len(sizes))
 
 
@@ -269,12 +367,30 @@ def resolve_sharding_shapes(what: str, sharding_shapes, mesh: DeviceMesh, placem
         placements: normalized target placements.
         local_shape: this rank's local shape, checked against its entry (``None``: skip).
         coordinate: this rank's index along the sharding mesh dim (for that check).
-        total: required sum of the sizes (the global size along the sharded dim), or ``None``.
+        total: required sum of the sizes (the global size along the sharded dim), or ``None``;
+            with several sharding mesh dims, one per sharding mesh dim in mesh-dim order.
         signature: :func:`layout_signature` of the tensor concerned, compared too (``None``: skip).
 
     Returns:
-        The shard sizes along the sharded dim (``None`` when nothing is sharded).
+        The shard sizes along the sharded dim (``None`` when nothing is sharded); with several
+        sharding mesh dims, one entry per mesh dim (the :func:`pack_sizes` form), each resolved
+        and checked as above from ``sharding_shapes[mesh_dim]`` (a dict is then required).
     """
+    sds = shard_dims_of(placements)
+    if len(sds) > 1:
+        if not isinstance(sharding_shapes, dict):
+            raise ValueError(f"{what}: several mesh dims shard the tensor; give sharding_shapes as a dict "
+                             "{mesh_dim: [local shape of every rank along mesh_dim]}")
+        per_dim: List[Optional[List[int]]] = [None] * mesh.ndim
+        for k, (m, d) in enumerate(sds):
+            view = tuple(p if i == m else Replicate() for i, p in enumerate(placements))
+            per_dim[m] = resolve_sharding_shapes(
+                what, sharding_shapes, mesh, view, local_shape,
+                None if local_shape is None else mesh.get_local_rank(m),
+                None if total is None else total[k], signature if k == 0 else None)
+        return pack_sizes(placements, per_dim)
+    if total is not None and not isinstance(total, int):
+        total = total[0] if len(total) else None
     sd = shard_dim_of(placements)
     errors: List[str] = []
     sizes = None

@@ -12,15 +12,17 @@ Checks that keep results exact:
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch.utils import _pytree as pytree
 
 from meshshard.distributed import Partial, Replicate, Shard
 from meshshard.tensor import _registry as reg
 from meshshard.tensor.shard_tensor import _FromLocal
-from meshshard.tensor.spec import shard_dim_of
+from meshshard.tensor.spec import shard_dims_of, sizes_by_mesh_dim
 
-__all__ = ["WAY_OUT", "layout", "is_replicated", "op_name", "reference", "local_of", "align_plain", "wrap",
+__all__ = ["WAY_OUT", "PromotionWarning", "promote_plain", "layout", "is_replicated", "op_name", "reference", "local_of", "align_plain", "wrap",
            "norm_dims", "register"]
 
 WAY_OUT = ("register a handler with ShardTensor.register_function_handler, or redistribute / "
@@ -50,7 +52,7 @@ def reference(func, sts):
             raise NotImplementedError(f"ShardTensor: {op_name(func)} on a Partial ShardTensor; call "
                                       ".redistribute(placements=(Replicate(),)) or .full_tensor() first")
     for st in sts:
-        if shard_dim_of(st.placements) is not None:
+        if shard_dims_of(st.placements):
             return st
     return sts[0]
 
@@ -75,36 +77,62 @@ def local_of(func, st, ref, align: bool = False):
         "(x.redistribute(placements=..., sharding_shapes=y.sharding_shapes())).")
 
 
+class PromotionWarning(UserWarning):
+    """A plain tensor met a ShardTensor in an element-wise op or ``cat`` and was promoted to
+    Replicate (every rank must pass the same value). Shown once per op; 0-d tensors and
+    ``nn.Parameter`` (replicated by contract, as in DDP) promote silently."""
+
+
+def promote_plain(func, t: torch.Tensor, ref):
+    """The promotion rule for a plain tensor ``t`` meeting ShardTensors laid out like ``ref``:
+    it is a Replicate value (warning once per op with :class:`PromotionWarning`, unless it is 0-d
+    or an ``nn.Parameter``), so each rank uses the rows that meet its shard (:func:`align_plain`).
+
+    Args:
+        func: the op, for the message.
+        t: the plain tensor.
+        ref: the reference ShardTensor.
+
+    Returns:
+        ``t`` aligned with this rank's shard.
+    """
+    if t.dim() > 0 and not isinstance(t, torch.nn.Parameter):
+        warnings.warn(f"ShardTensor: {op_name(func)} mixes a plain tensor with a ShardTensor; the plain tensor "
+                      "is promoted to Replicate, so every rank must pass the same value (wrap it with "
+                      "ShardTensor.from_local(t, mesh, (Replicate(),)) to state that and get an exact gradient)",
+                      PromotionWarning, stacklevel=4)
+    return align_plain(func, t, ref)
+
+
 def align_plain(func, t: torch.Tensor, ref):
     """Rows of a plain (replicated) tensor that meet this rank's shard under broadcasting."""
-    sd = shard_dim_of(ref.placements)
-    if sd is None or t.dim() == 0:
-        return t
-    m, d = sd
-    k = t.dim() - (ref.dim() - d)
-    if k < 0 or t.shape[k] == 1:
-        return t
-    n = ref.shape[d]
-    if t.shape[k] != n:
-        raise ValueError(f"ShardTensor: {op_name(func)}: plain tensor of shape {tuple(t.shape)} does not "
-                         f"broadcast against the global shape {tuple(ref.shape)} along the sharded dim {d}")
-    coord = ref.device_mesh.get_local_rank(m)
-    return t.narrow(k, ref.offsets(m), ref._shard_sizes[coord])
+    per_dim = sizes_by_mesh_dim(ref.placements, ref._shard_sizes)
+    for m, d in shard_dims_of(ref.placements):
+        k = t.dim() - (ref.dim() - d)
+        if k < 0 or t.shape[k] == 1:
+            continue
+        if t.shape[k] != ref.shape[d]:
+            raise ValueError(f"ShardTensor: {op_name(func)}: plain tensor of shape {tuple(t.shape)} does not "
+                             f"broadcast against the global shape {tuple(ref.shape)} along the sharded dim {d}")
+        t = t.narrow(k, ref.offsets(m), per_dim[m][ref.device_mesh.get_local_rank(m)])
+    return t
 
 
-def wrap(func, out, ref, shard_shift: int = 0):
-    """Wrap local results with ``ref``'s layout (the sharded dim moved by ``shard_shift``)."""
-    mesh, placements, sizes = layout(ref)
-    if shard_shift:
-        placements = tuple(Shard(p.dim + shard_shift) if isinstance(p, Shard) else p for p in placements)
-    sd = shard_dim_of(placements)
+def wrap(func, out, ref, shard_shift: int = 0, placements=None):
+    """Wrap local results with ``ref``'s layout (every sharded dim moved by ``shard_shift``, or
+    the given ``placements`` with ``ref``'s shard sizes per mesh dim)."""
+    mesh, ref_placements, sizes = layout(ref)
+    if placements is None:
+        placements = tuple(Shard(p.dim + shard_shift) if isinstance(p, Shard) and shard_shift else p
+                           for p in ref_placements)
+    per_dim = sizes_by_mesh_dim(ref_placements, sizes)
+    sds = shard_dims_of(placements)
 
     def wrap(t):
         if not isinstance(t, torch.Tensor):
             return t
-        if sd is not None:
-            coord = mesh.get_local_rank(sd[0])
-            if t.dim() <= sd[1] or t.shape[sd[1]] != sizes[coord]:
+        for m, d in sds:
+            if t.dim() <= d or t.shape[d] != per_dim[m][mesh.get_local_rank(m)]:
                 raise NotImplementedError(f"ShardTensor: {op_name(func)} changed the sharded dim "
                                           f"({tuple(t.shape)}); it is not a supported row-wise op; {WAY_OUT}")
         return _FromLocal.apply(t, mesh, placements, sizes)

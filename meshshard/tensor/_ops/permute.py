@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import torch
 
+from meshshard.distributed import Shard
 from meshshard.tensor.shard_tensor import ShardTensor
-from meshshard.tensor.spec import shard_dim_of
+from meshshard.tensor.spec import shard_dims_of
 from meshshard.tensor._ops._common import WAY_OUT, op_name, reference, register, wrap
 
 __all__ = ["permute_handler"]
@@ -17,12 +18,11 @@ def permute_handler(func, types, args, kwargs):
     if not isinstance(x, ShardTensor):
         raise NotImplementedError(f"ShardTensor: {op_name(func)} with a ShardTensor as a parameter; {WAY_OUT}")
     ref = reference(func, [x])
-    sd = shard_dim_of(ref.placements)
     rest = args[1:] if args else ()
     kw = {k: v for k, v in kwargs.items() if k != "input"}
-    shift = 0
-    if sd is not None:
-        # Where does the sharded dim go? Apply the same op to a meta tensor whose strides name
+    placements = tuple(ref.placements)
+    if shard_dims_of(placements):
+        # Where do the sharded dims go? Apply the same op to a meta tensor whose strides name
         # the dims (a permutation permutes the strides).
         n = x.dim()
         probe = torch.empty_strided(tuple(x._local_tensor.shape), [1 << k for k in range(n)], device="meta")
@@ -30,9 +30,9 @@ def permute_handler(func, types, args, kwargs):
         strides = list(moved.stride())
         if moved.dim() != n or sorted(strides) != [1 << k for k in range(n)]:
             raise NotImplementedError(f"ShardTensor: {op_name(func)} is not a permutation of dims here; {WAY_OUT}")
-        shift = strides.index(1 << sd[1]) - sd[1]
+        placements = tuple(Shard(strides.index(1 << p.dim)) if isinstance(p, Shard) else p for p in placements)
     out = func(x.to_local(), *rest, **kw)
-    return wrap(func, out, ref, shift)
+    return wrap(func, out, ref, placements=placements)
 
 
 

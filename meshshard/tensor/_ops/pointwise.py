@@ -5,16 +5,51 @@ import torch
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
-from meshshard.tensor.shard_tensor import ShardTensor
-from meshshard.tensor._ops._common import align_plain, is_replicated, local_of, op_name, reference, register, wrap
+from meshshard.distributed import Partial
+from meshshard.tensor.shard_tensor import ShardTensor, _FromLocal
+from meshshard.tensor._ops._common import (is_replicated, layout, local_of, op_name, promote_plain, reference,
+                                          register, wrap)
 
 __all__ = ["pointwise_handler", "POINTWISE_NAMES"]
 
 
+_ADD = {torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__, torch.sub, torch.Tensor.sub,
+        torch.subtract, torch.Tensor.subtract, torch.Tensor.__sub__}
+_SCALE = {torch.mul, torch.Tensor.mul, torch.multiply, torch.Tensor.multiply, torch.Tensor.__mul__,
+          torch.Tensor.__rmul__, torch.div, torch.Tensor.div, torch.divide, torch.Tensor.divide,
+          torch.true_divide, torch.Tensor.true_divide, torch.Tensor.__truediv__}
+_NEG = {torch.neg, torch.Tensor.neg, torch.negative, torch.Tensor.negative, torch.Tensor.__neg__}
+
+
+def _partial_linear(func, args, kwargs):
+    """Linear ops on Partial tensors stay Partial (no all-reduce): the sum or difference of two
+    ShardTensors of the same layout, a product with / quotient by a Python number, a negation.
+    ``None`` when ``func(args)`` is not one of them."""
+    a = args[0] if args else None
+    if kwargs or not isinstance(a, ShardTensor):
+        return None
+    b = args[1] if len(args) > 1 else None
+    if func in _ADD and len(args) == 2 and isinstance(b, ShardTensor) and layout(a) == layout(b):
+        out = func(a.to_local(), b.to_local())
+    elif func in _SCALE and len(args) == 2 and isinstance(b, (int, float)) and not isinstance(b, bool):
+        out = func(a.to_local(), b)
+    elif func in _NEG and len(args) == 1:
+        out = func(a.to_local())
+    else:
+        return None
+    mesh, placements, sizes = layout(a)
+    return _FromLocal.apply(out, mesh, placements, sizes)
+
+
 def pointwise_handler(func, types, args, kwargs):
-    """Element-wise ops: local computation, layout kept."""
+    """Element-wise ops: local computation, layout kept. On Partial tensors only the linear ops of
+    :func:`_partial_linear` run (staying Partial); any other raises NotImplementedError."""
     leaves = pytree.tree_leaves((args, kwargs))
     sts = [x for x in leaves if isinstance(x, ShardTensor)]
+    if any(isinstance(p, Partial) for st in sts for p in st.placements):
+        out = _partial_linear(func, args, kwargs)
+        if out is not None:
+            return out
     ref = reference(func, sts)
 
     def unwrap(x):
@@ -23,7 +58,7 @@ def pointwise_handler(func, types, args, kwargs):
                 raise ValueError(f"ShardTensor: {op_name(func)} on ShardTensors of different ndim")
             return local_of(func, x, ref, align=True)
         if isinstance(x, torch.Tensor):
-            return align_plain(func, x, ref)
+            return promote_plain(func, x, ref)
         return x
 
     largs, lkwargs = pytree.tree_map(unwrap, (args, kwargs))

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import torch
 
-from meshshard.distributed import Replicate
+from meshshard.distributed import Replicate, Shard
 from meshshard.distributed.autograd import all_reduce_sum
-from meshshard.tensor.shard_tensor import _FromLocal
-from meshshard.tensor.spec import shard_dim_of
-from meshshard.tensor._ops._common import is_replicated, norm_dims, op_name, reference, register, wrap
+from meshshard.tensor.shard_tensor import ShardTensor, _FromLocal
+from meshshard.tensor.spec import pack_sizes, sizes_by_mesh_dim
+from meshshard.tensor._ops._common import WAY_OUT, is_replicated, norm_dims, op_name, register
 
 __all__ = ["reduction_handler", "scalar_handler"]
 
@@ -16,35 +16,42 @@ _MEAN = {torch.mean, torch.Tensor.mean}
 
 
 def reduction_handler(func, types, args, kwargs):
-    """``sum`` / ``mean`` over all dims or any dims including the sharded one: local partial sum, then
-    an all-reduce over the sharding mesh dim; the result is replicated. ``mean`` divides by the
-    global element count. Over feature dims only: local, layout kept."""
+    """``sum`` / ``mean`` over all dims or any dims: local reduction, then an all-reduce over every
+    mesh dim whose sharded tensor dim is reduced (that mesh dim becomes Replicate); mesh dims that
+    shard a kept dim stay Shard (the dim renumbered), Partial mesh dims stay Partial (the
+    reduction is linear). ``mean`` divides by the global element count."""
     x = args[0] if args else kwargs["input"]
     rest = list(args[1:])
     dim = rest[0] if rest else kwargs.get("dim")
-    keepdim = rest[1] if len(rest) > 1 else kwargs.get("keepdim", False)
+    keepdim = bool(rest[1] if len(rest) > 1 else kwargs.get("keepdim", False))
     dtype = kwargs.get("dtype")
     if isinstance(dim, torch.dtype):  # torch.sum(x, torch.float64)
         dim, dtype = None, dim
-    ref = reference(func, [x])
-    sd = shard_dim_of(ref.placements)
+    if not isinstance(x, ShardTensor):
+        raise NotImplementedError(f"ShardTensor: {op_name(func)} with a ShardTensor as a parameter; {WAY_OUT}")
     dims = norm_dims(dim, x.dim()) if dim is not None and not (isinstance(dim, (list, tuple)) and len(dim) == 0) else None
-    local = x.to_local()
-    if sd is None or (dims is not None and sd[1] not in dims):
-        out = func(local, *args[1:], **kwargs)
-        shift = 0 if keepdim or dims is None or sd is None else -sum(1 for k in dims if k < sd[1])
-        return wrap(func, out, ref, shift)
-    m, _ = sd
     red = list(range(x.dim())) if dims is None else dims
-    total = torch.sum(local, dim=red, keepdim=bool(keepdim) and dims is not None, dtype=dtype)
+    keep = keepdim and dims is not None
+    local = x.to_local()
+    total = torch.sum(local, dim=red, keepdim=keep, dtype=dtype) if red else local.clone()
     if func in _MEAN:
         count = 1
         for k in red:
             count *= x.shape[k]
         total = total / count
-    total = all_reduce_sum(total, group=x.device_mesh.get_group(m))
-    rep = tuple(Replicate() for _ in x.placements)
-    return _FromLocal.apply(total, x.device_mesh, rep, None)
+    mesh = x.device_mesh
+    per_dim = sizes_by_mesh_dim(x.placements, x._shard_sizes)
+    placements, sizes = [], [None] * mesh.ndim
+    for m, p in enumerate(x.placements):
+        if isinstance(p, Shard) and p.dim in red:
+            total = all_reduce_sum(total, group=mesh.get_group(m))
+            placements.append(Replicate())
+        elif isinstance(p, Shard):
+            placements.append(Shard(p.dim if keep else p.dim - sum(1 for k in red if k < p.dim)))
+            sizes[m] = per_dim[m]
+        else:
+            placements.append(p)
+    return _FromLocal.apply(total, mesh, tuple(placements), pack_sizes(placements, sizes))
 
 
 def scalar_handler(func, types, args, kwargs):

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 from meshshard.tensor.shard_tensor import ShardTensor
-from meshshard.tensor.spec import shard_dim_of
+from meshshard.tensor.spec import shard_dims_of
 from meshshard.tensor._ops._common import local_of, norm_dims, op_name, reference, register, wrap
 
 __all__ = ["rowwise_handler"]
@@ -39,11 +39,11 @@ def rowwise_handler(func, types, args, kwargs):
         raise NotImplementedError(f"ShardTensor: {op_name(func)} with a ShardTensor as a parameter "
                                   "(only the input may be a ShardTensor); use .to_local()")
     ref = reference(func, [x])
-    sd = shard_dim_of(ref.placements)
     mixed = _mixed_dims(func, args, kwargs, x.dim())
-    if sd is not None and sd[1] in mixed:
+    hit = [d for _, d in shard_dims_of(ref.placements) if d in mixed]
+    if hit:
         raise NotImplementedError(
-            f"ShardTensor: {op_name(func)} over the sharded dim {sd[1]} would need rows of other ranks; "
+            f"ShardTensor: {op_name(func)} over the sharded dim {hit[0]} would need rows of other ranks; "
             "register a handler with ShardTensor.register_function_handler or redistribute first")
     largs, lkwargs = pytree.tree_map(
         lambda t: local_of(func, t, ref) if isinstance(t, ShardTensor) else t, (args, kwargs))
