@@ -202,18 +202,63 @@ def _replicated_weights(rank, sizes):
         assert torch.allclose(got.to_local(), want, **TOL[torch.float64]), (got.to_local() - want).abs().max()
 
 
+# conv2d of an image split in height and width: (mesh shape, height shards, width shards), with
+# empty and one-row shards
+SEVERAL_DIMS = {1: [((1, 1), [7], [6])], 2: [((1, 2), [9], [4, 1]), ((2, 1), [1, 7], [8])],
+                3: [((1, 3), [6], [2, 0, 5]), ((3, 1), [2, 3, 3], [5])],
+                4: [((2, 2), [3, 6], [5, 0]), ((2, 2), [4, 4], [1, 6])]}
+SEVERAL_DIMS_CONV = [(3, 1, 1, 1, 1, torch.float64), (3, 2, 1, 1, 1, torch.float64), (5, 1, 2, 2, 1, torch.float64),
+                     (2, 3, 0, 1, 1, torch.float64), (3, 1, "same", 1, 3, torch.float64), (4, 2, 3, 1, 1, torch.float32)]
+
+
+def _several_dims(world):
+    """F.conv2d on (Shard(2), Shard(3)) over a 2-D mesh: values, input and weight gradients."""
+    from meshshard.distributed import Shard, all_reduce, init_device_mesh
+    from meshshard.tensor import ShardTensor
+
+    done = 0
+    for shape, hs, ws in SEVERAL_DIMS[world]:
+        mesh = init_device_mesh("cpu", shape)
+        ch, cw = mesh.get_local_rank(0), mesh.get_local_rank(1)
+        oh, ow = sum(hs[:ch]), sum(ws[:cw])
+        for k, stride, pad, dil, groups, dtype in SEVERAL_DIMS_CONV:
+            gen = torch.Generator().manual_seed(done)
+            img = torch.randn(2, 3, sum(hs), sum(ws), generator=gen, dtype=dtype)
+            w0 = torch.randn(6, 3 // groups, k, k, generator=gen, dtype=dtype)
+            b0 = torch.randn(6, generator=gen, dtype=dtype)
+            xr, wr, br = img.clone().requires_grad_(), w0.clone().requires_grad_(), b0.clone().requires_grad_()
+            ref = F.conv2d(xr, wr, br, stride, pad, dil, groups)
+            xl = img[:, :, oh:oh + hs[ch], ow:ow + ws[cw]].clone().requires_grad_()
+            x = ShardTensor.from_local(xl, mesh, (Shard(2), Shard(3)), sharding_shapes={0: hs, 1: ws})
+            wl, bl = w0.clone().requires_grad_(), b0.clone().requires_grad_()
+            full = F.conv2d(x, wl, bl, stride, pad, dil, groups).full_tensor()
+            tol, case = TOL[dtype], f"conv2d k{k} s{stride} p{pad} d{dil} g{groups} on {shape} {hs}x{ws}"
+            assert full.shape == ref.shape, f"{case}: shape {tuple(full.shape)} vs {tuple(ref.shape)}"
+            assert torch.allclose(full, ref, **tol), f"{case}: values differ by {(full - ref).abs().max()}"
+            proj = torch.randn(ref.shape, generator=gen, dtype=dtype)
+            (ref * proj).sum().backward()
+            (full * proj).sum().backward()
+            want = xr.grad[:, :, oh:oh + hs[ch], ow:ow + ws[cw]]
+            assert torch.allclose(xl.grad, want, **tol), f"{case}: input grad differs by {(xl.grad - want).abs().max()}"
+            for got, ref_grad in ((wl.grad.clone(), wr.grad), (bl.grad.clone(), br.grad)):
+                all_reduce(got)  # plain weights: per-rank partial sums over the whole mesh
+                assert torch.allclose(got, ref_grad, **tol), f"{case}: weight grad differs by {(got - ref_grad).abs().max()}"
+            done += 1
+    return done
+
+
 def _all_cases(rank, world):
-    from meshshard.distributed.autograd import set_validation
+    from meshshard.distributed import validation
 
     _refusals(rank, SIZES[world][0])
     _replicated_weights(rank, SIZES[world][-1])
-    set_validation(False)  # the inputs match by construction; the check's all-gathers would double the time
-    done = 0
-    for sizes in SIZES[world]:
-        for i, (name, (nd, (make, op))) in enumerate(CASES.items()):
-            for dtype in (torch.float64, torch.float32) if i % 3 == 0 else (torch.float64,):
-                _check_case(name, nd, make, op, sizes, dtype, rank)
-                done += 1
+    done = _several_dims(world)
+    with validation(False):  # the inputs match by construction; the check's all-gathers would double the time
+        for sizes in SIZES[world]:
+            for i, (name, (nd, (make, op))) in enumerate(CASES.items()):
+                for dtype in (torch.float64, torch.float32) if i % 3 == 0 else (torch.float64,):
+                    _check_case(name, nd, make, op, sizes, dtype, rank)
+                    done += 1
     return done + (_dp_by_domain(rank) if world == 4 else 0)
 
 
@@ -221,4 +266,5 @@ def _all_cases(rank, world):
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_grid_ops_match_one_process(world):
     counts = run_distributed(_all_cases, world, timeout=TIMEOUT - 20)
-    assert counts[0] == len(SIZES[world]) * (len(CASES) + (len(CASES) + 2) // 3) + (5 if world == 4 else 0)
+    several = len(SEVERAL_DIMS[world]) * len(SEVERAL_DIMS_CONV)
+    assert counts[0] == several + len(SIZES[world]) * (len(CASES) + (len(CASES) + 2) // 3) + (5 if world == 4 else 0)
