@@ -105,13 +105,11 @@ def _rank(rank, world, att_len, gn_len, repeats):
             "group_norm": _group_norm(rank, world, mesh, gn_len, repeats)}
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small sizes, 2 and 4 ranks, few repeats")
-    args = parser.parse_args()
-    att_len, gn_len, repeats = (512, 1 << 15, 3) if args.quick else (2048, 1 << 19, 5)
-    print(f"attention: q/k/v [1, {HEADS}, {att_len}, {DIM}] float32; group_norm: [2, {CHANNELS}, {gn_len}] "
-          f"float32, {GROUPS} groups; forward + backward, one thread per rank\n")
+def bench(quick: bool):
+    """The attention and group_norm table (a section of ``bench_shard_ops.py`` too)."""
+    att_len, gn_len, repeats = (512, 1 << 15, 3) if quick else (2048, 1 << 19, 5)
+    print(f"\n## attention and group_norm\n\nattention: q/k/v [1, {HEADS}, {att_len}, {DIM}] float32; group_norm: "
+          f"[2, {CHANNELS}, {gn_len}] float32, {GROUPS} groups; forward + backward, one thread per rank\n")
     print("| op | ranks | one process (s) | sharded (s) | speed-up | bytes sent (all ranks) | ratio |")
     print("|---|---|---|---|---|---|---|")
     for world in (2, 4):
@@ -124,6 +122,12 @@ def main():
             what = "ring minimum" if op == "attention" else "of the tensor"
             print(f"| {op} | {world} | {base:.4f} | {t:.4f} | {base / t:.2f} | {sent:,} | "
                   f"{sent / ref:.3g} ({what}) |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes, 2 and 4 ranks, few repeats")
+    bench(parser.parse_args().quick)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ what the all-to-alls of one forward + backward actually send (off-rank rows only
 wrapping the exchange); "halo minimum" is what any halo scheme must move: one row of ``B*C*W``
 floats across each of the ``W - 1`` shard boundaries in each direction, forward and backward.
 
+attention_norm section (from ``bench_attention_norm.py``): ring attention
+(``F.scaled_dot_product_attention`` sharded along the sequence) and ``group_norm`` sharded along
+the points, same one-process baseline and bytes sent against the ring minimum.
+
 Usage::
 
     python benchmarks/bench_shard_ops.py            # [2, 32, 256, 256], 2 and 4 ranks
@@ -23,6 +27,7 @@ import time
 
 import torch
 
+import bench_attention_norm  # this folder is on sys.path when the script runs
 import meshshard.distributed as msd
 from meshshard.testing import run_distributed
 
@@ -97,7 +102,7 @@ def bench_conv2d(quick: bool):
               f"{moved / minimum:.2f} |")
 
 
-sections = {"conv2d": bench_conv2d}
+sections = {"conv2d": bench_conv2d, "attention_norm": bench_attention_norm.bench}
 
 
 def main(argv=None):

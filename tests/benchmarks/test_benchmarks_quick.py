@@ -78,20 +78,15 @@ def test_bench_meshgraphnet():
     assert [int(r.split("|")[1]) for r in hooks] == [2] and float(hooks[0].split("|")[4]) > 0, out
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(420)
 def test_bench_shard_ops():
-    out = _run("bench_shard_ops.py", 190)
+    out = _run("bench_shard_ops.py", 400)
     for world in (2, 4):
         rows = _table_rows(out, str(world))
         assert len(rows) == 1, out
         cells = [c.strip() for c in rows[0].strip("|").split("|")]
         assert float(cells[1]) > 0 and float(cells[2]) > 0 and float(cells[3]) > 0, rows
         assert cells[4] == cells[5] and cells[6] == "1.00", rows  # the exchange moves exactly the halo
-
-
-@pytest.mark.timeout(250)
-def test_bench_attention_norm():
-    out = _run("bench_attention_norm.py", 240)
     for op in ("attention", "group_norm"):
         rows = _table_rows(out, op)
         assert len(rows) == 2, op  # world sizes 2 and 4
