@@ -13,6 +13,8 @@ Built on :func:`agree`:
 
 * :func:`raise_together` / :func:`run_together`: a rank-local exception reaches every rank.
 * :func:`check_same_across_ranks`: integers that must be equal on every rank.
+* :func:`agree_on_mesh`: the same check on a DeviceMesh, one table per mesh-dim group (ShardTensor's
+  layouts: ranks of one mesh dim must agree on that dim's sizes, not on the other dims').
 
 The switch :func:`validation` (a context manager) turns off, for the calling thread, the checks
 that the collectives of :mod:`meshshard.distributed.autograd` run on every call; it must be used
@@ -52,6 +54,7 @@ __all__ = [
     "raise_together",
     "run_together",
     "check_same_across_ranks",
+    "agree_on_mesh",
     "CollectiveTypeError",
 ]
 
@@ -300,6 +303,55 @@ def run_together(fn: Callable, what: str, group=None):
         err = exc
     raise_together(err, what, group)
     return out
+
+
+def agree_on_mesh(what: str, groups: Sequence, row: Callable[[int], List[int]],
+                  judge: Callable[[int, List[List[int]]], Optional[str]], error: Optional[str] = None
+                  ) -> List[List[List[int]]]:
+    """:func:`agree` on a device mesh: one table per mesh-dim group, a failure reaching every rank.
+
+    Round ``m`` gathers, inside this rank's group of mesh dim ``m``, every rank's ``row(m)``
+    (prefixed with the error flag), and ``judge`` reads that table (identical on every rank of
+    the group). A last pass ORs the failure flag along every mesh dim (rows, then columns ...), so
+    a problem seen by one group raises on every rank of the mesh.
+
+    Args:
+        what: the calling operation, first words of every message.
+        groups: the process group of every mesh dim, in mesh-dim order (the same order on every rank).
+        row: ``m -> list[int]``: this rank's integers for mesh dim ``m`` (one length per group).
+        judge: ``(m, table) -> message or None`` on the ``W_m x k`` table of round ``m`` (without flags).
+        error: this rank's local problem, if any (it raises this message, ``ValueError``).
+
+    Returns:
+        The table of every round (flags removed).
+
+    Raises:
+        ValueError: on a rank with a local ``error``.
+        CollectiveMismatchError: on every other rank when any rank had an error or any ``judge``
+            found a problem, with the judge's message where this rank's group saw it.
+    """
+    problem: Optional[str] = None
+    tables: List[List[List[int]]] = []
+    for m, group in enumerate(groups):  # every round runs on every rank, so nobody is left waiting
+        table = _gather_ints([_OK if error is None and problem is None else _FAILED] + list(row(m)),
+                             get_world_size(group), group)
+        tables.append([r[1:] for r in table])
+        if problem is None:
+            bad = [r for r, t in enumerate(table) if t[0] != _OK]
+            problem = (f"invalid input on rank(s) {bad} of mesh dim {m} (see their error)" if bad
+                       else judge(m, tables[-1]))
+    failed = error is not None or problem is not None
+    if len(groups) > 1:
+        for group in groups:
+            failed = any(t[0] for t in _gather_ints([int(failed)], get_world_size(group), group))
+    if error is not None:
+        raise ValueError(f"{what}: {error}")
+    if problem is not None:
+        raise CollectiveMismatchError(f"{what}: {problem}")
+    if failed:
+        raise CollectiveMismatchError(f"{what}: another rank of the device mesh found inconsistent input "
+                                      "(see its error)")
+    return tables
 
 
 def check_same_across_ranks(values: Sequence[int], what: str, names: Optional[Sequence[str]] = None,

@@ -12,9 +12,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import torch
 
-from meshshard.distributed import (CollectiveMismatchError, DeviceMesh, DTensorSpec, Partial, Placement, Replicate,
-                                   Shard, TensorMeta, all_gather_sizes, all_reduce)
-from meshshard.distributed.agree import dtype_code as _dtype_code, dtype_name, get_validation
+from meshshard.distributed import DeviceMesh, DTensorSpec, Partial, Placement, Replicate, Shard, TensorMeta
+from meshshard.distributed.agree import agree_on_mesh, dtype_code as _dtype_code, dtype_name, get_validation
 
 __all__ = [
     "normalize_placements",
@@ -227,33 +226,32 @@ def infer_shard_sizes(local: torch.Tensor, mesh: DeviceMesh, placements) -> Opti
     """
     by_mesh_dim = dict(shard_dims_of(placements))
     error = None
-    per_dim: List[Optional[List[int]]] = [None] * mesh.ndim
     for d in by_mesh_dim.values():
         if d >= local.dim() and error is None:
             error = f"Shard({d}) is out of range for a {local.dim()}-d local tensor"
-    for m in range(mesh.ndim):
-        sharded_here = m in by_mesh_dim and error is None
+
+    def sharded_here(m):
+        return m in by_mesh_dim and error is None
+
+    def row(m):
         # A mesh dim's ranks share every other sharded dim's size, so only its own dim is masked.
-        row = _shape_row(local, by_mesh_dim[m] if sharded_here else None)
-        table = all_gather_sizes(row, mesh.get_group(m)).tolist()
+        return _shape_row(local, by_mesh_dim[m] if sharded_here(m) else None)
+
+    def judge(m, table):
         masked = [list(r) for r in table]
-        if sharded_here:
-            per_dim[m] = [r[2] for r in table]
+        if sharded_here(m):
             for r in masked:
                 r[2] = -2
-        if error is None and any(r != masked[0] for r in masked):
-            what = "sizes outside the sharded dim" if sharded_here else "shapes"
-            error = (f"ranks of mesh dim {m} disagree on dtype, number of dims or {what}: "
-                     + "; ".join(f"rank {i}: {_describe(r)}" for i, r in enumerate(table)))
-    # Carry any failure across every mesh-dim group, so all ranks raise (no rank left waiting).
-    flag = torch.tensor([0 if error is None else 1], dtype=torch.int64)
-    for m in range(mesh.ndim):
-        all_reduce(flag, group=mesh.get_group(m))
-    if error is not None:
-        raise ValueError(f"ShardTensor.from_local(sharding_shapes='infer'): {error}")
-    if int(flag.item()) != 0:
-        raise ValueError("ShardTensor.from_local(sharding_shapes='infer'): another rank of the mesh "
-                         "passed a local tensor whose dtype or shape does not match (see its error)")
+        if any(r != masked[0] for r in masked):
+            what = "sizes outside the sharded dim" if sharded_here(m) else "shapes"
+            return (f"ranks of mesh dim {m} disagree on dtype, number of dims or {what}: "
+                    + "; ".join(f"rank {i}: {_describe(r)}" for i, r in enumerate(table)))
+        return None
+
+    groups = [mesh.get_group(m) for m in range(mesh.ndim)]
+    tables = agree_on_mesh("ShardTensor.from_local(sharding_shapes='infer')", groups, row, judge, error)
+    per_dim: List[Optional[List[int]]] = [[r[2] for r in tables[m]] if m in by_mesh_dim else None
+                                          for m in range(mesh.ndim)]
     return None if not by_mesh_dim else pack_sizes(placements, per_dim)
 
 
@@ -406,26 +404,18 @@ def resolve_sharding_shapes(what: str, sharding_shapes, mesh: DeviceMesh, placem
         return sizes
     n = mesh.size(sd[0])
     sig = list(signature or [])
-    row = [1 if errors else 0] + (list(sizes) if sizes is not None and len(sizes) == n else [-1] * n) + sig
-    problem = None
-    for m in range(mesh.ndim):  # every round runs on every rank, so nobody is left waiting
-        table = all_gather_sizes(row, mesh.get_group(m)).tolist()
-        if problem is None:
-            bad = [i for i, r in enumerate(table) if r[0]]
-            if bad:
-                problem = f"invalid sharding_shapes on rank(s) {bad} of mesh dim {m} (see their error)"
-            elif any(r[1:1 + n] != table[0][1:1 + n] for r in table):
-                problem = (f"ranks of mesh dim {m} passed different sharding_shapes: "
-                           + "; ".join(f"rank {i}: {r[1:1 + n]}" for i, r in enumerate(table)))
-            elif any(r[1 + n:] != table[0][1 + n:] for r in table):
-                problem = (f"ranks of mesh dim {m} hold tensors that do not match (dtype, shape outside the "
-                           "sharded dim, placements or shard sizes): "
-                           + "; ".join(f"rank {i}: {_describe_signature(r[1 + n:], mesh.ndim)}"
-                                       for i, r in enumerate(table)))
-        if problem is not None:
-            row[0] = 1  # carry the failure into the next mesh dim's groups
-    if errors:
-        raise ValueError(f"{what}: {'; '.join(errors)}")
-    if problem is not None:
-        raise CollectiveMismatchError(f"{what}: {problem}")
+    row = (list(sizes) if sizes is not None and len(sizes) == n else [-1] * n) + sig
+
+    def judge(m, table):
+        if any(r[:n] != table[0][:n] for r in table):
+            return (f"ranks of mesh dim {m} passed different sharding_shapes: "
+                    + "; ".join(f"rank {i}: {r[:n]}" for i, r in enumerate(table)))
+        if any(r[n:] != table[0][n:] for r in table):
+            return (f"ranks of mesh dim {m} hold tensors that do not match (dtype, shape outside the sharded dim, "
+                    "placements or shard sizes): "
+                    + "; ".join(f"rank {i}: {_describe_signature(r[n:], mesh.ndim)}" for i, r in enumerate(table)))
+        return None
+
+    agree_on_mesh(what, [mesh.get_group(m) for m in range(mesh.ndim)], lambda m: row, judge,
+                  "; ".join(errors) if errors else None)
     return sizes
