@@ -3,12 +3,13 @@
     torchrun --nproc-per-node 2 examples/point_cloud_knn.py            # under torchrun
     python examples/point_cloud_knn.py --ranks 2 --check               # spawns 2 local ranks itself
 
-Every rank takes its part of the cloud (k-d tree partition), builds the exact kNN graph across
-ranks with ``meshshard.ops.sharded_knn(..., return_graph=True)`` (queries near a part boundary are
-answered by the ranks that own the candidates), then runs MeshGraphNet on the resulting
-ShardedGraph (one halo exchange per layer) and takes one training step. ``--check`` compares the
-owned outputs and the gradients with one process running ``meshshard.knn_graph`` + MeshGraphNet
-on the whole cloud.
+Every rank takes its part of the cloud (k-d tree partition) as a ShardTensor ``pos``, builds the
+exact kNN graph across ranks with ``sharded_knn(pos, k, return_graph=True)`` (queries near a part
+boundary are answered by the ranks that own the candidates), runs
+``DomainParallel(MeshGraphNet(...))(pos, g, edge_attr)`` on the resulting ShardedGraph and takes one
+training step (``F.mse_loss`` of ShardTensors, ``backward``, ``step``; DomainParallel's hooks sum
+the gradients). ``--check`` compares the owned outputs, the loss and the gradients with one process
+running ``meshshard.knn_graph`` + MeshGraphNet on the whole cloud.
 """
 from __future__ import annotations
 
@@ -38,10 +39,12 @@ def parse_args(argv=None):
 def run_rank(rank, world, args):
     import numpy as np
     import torch
+    import torch.nn.functional as F
 
     import meshshard as ms
-    from meshshard.models import MeshGraphNet, global_mse_loss
+    from meshshard.models import MeshGraphNet
     from meshshard.ops import sharded_knn
+    from meshshard.tensor import ShardTensor
 
     points = np.load(args.points)["points"].astype(np.float64)
     if args.max_points:
@@ -49,35 +52,37 @@ def run_rank(rank, world, args):
     center, scale = points.mean(0), points.std(0).max()
     points = (points - center) / scale
     part = ms.partition(points, world, method="kdtree")  # deterministic: the same on every rank
-    pos = torch.as_tensor(points[part.part_nodes(rank).numpy()])  # owned points, ShardTensor order
+    owned = torch.as_tensor(points[part.part_nodes(rank).numpy()])  # this rank's points, in global-id order
+    pos = ShardTensor.from_local(owned)  # [N, 3], Shard(0), uneven rows
 
     t0 = time.perf_counter()
-    ei, g = sharded_knn(pos, args.k, loop=False, return_graph=True)
+    ei, g, vec = sharded_knn(pos, args.k, loop=False, return_graph=True, return_edge_vec=True)
     t_knn = time.perf_counter() - t0
-    pos_ext = g.exchange(pos)
-    src, dst = g.edge_index
-    rel = pos_ext[src] - pos_ext[dst]
+    rel = vec.to_local()  # pos[neighbour] - pos[query] per edge into an owned point, as g.edge_index orders them
     edge_attr = torch.cat([rel, rel.norm(dim=1, keepdim=True)], 1)
-    target = (pos[:, :1] * pos[:, 2:3]).clone()  # a smooth toy field to regress
+    target = ShardTensor.from_local(owned[:, :1] * owned[:, 2:3], pos.device_mesh, sharding_shapes={0: g.sizes})
 
-    torch.manual_seed(0)
-    model = MeshGraphNet(3, 4, 1, hidden=args.hidden, num_layers=args.layers).double()
+    torch.manual_seed(0)  # the same initial weights on every rank (DomainParallel checks)
+    model = ms.DomainParallel(MeshGraphNet(3, 4, 1, hidden=args.hidden, num_layers=args.layers).double())
+    start = {k: v.clone() for k, v in model.module.state_dict().items()}
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     t0 = time.perf_counter()
-    pred = model(pos, edge_attr, graph=g)
-    loss = global_mse_loss(pred, target)
+    pred = model(pos, g, edge_attr)  # ShardTensor of the owned rows
+    loss = F.mse_loss(pred, target)  # the whole cloud's loss, replicated
     loss.backward()
-    model.all_reduce_gradients()
-    t_step = time.perf_counter() - t0
     grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    opt.step()
+    t_step = time.perf_counter() - t0
     out = dict(rank=rank, owned=g.num_owned, ghost=g.num_ghost, edges=int(ei.shape[1]), knn_s=t_knn, step_s=t_step,
-               loss=float(loss.detach()), pred=pred.detach(), grads=grads, offset=int(part.offsets[rank]))
+               loss=float(loss.to_local().detach()), pred=pred.to_local().detach(), grads=grads,
+               offset=int(part.offsets[rank]))
     if args.check and rank == 0:
         full = torch.as_tensor(points[part.perm.numpy()])  # global ids = ShardTensor order
         t0 = time.perf_counter()
         ei_ref = ms.knn_graph(full, args.k, loop=False)
         rel = full[ei_ref[0]] - full[ei_ref[1]]
         ref_model = MeshGraphNet(3, 4, 1, hidden=args.hidden, num_layers=args.layers).double()
-        ref_model.load_state_dict(model.state_dict())
+        ref_model.load_state_dict(start)
         ref_pred = ref_model(full, ei_ref, torch.cat([rel, rel.norm(dim=1, keepdim=True)], 1))
         ref_loss = torch.nn.functional.mse_loss(ref_pred, (full[:, :1] * full[:, 2:3]))
         ref_loss.backward()
@@ -95,7 +100,7 @@ def report(results, args):
     print(f"{n} points, k={args.k}, {len(results)} ranks; MeshGraphNet hidden={args.hidden} layers={args.layers} (float64)")
     for r in results:
         print(f"  rank {r['rank']}: {r['owned']} owned + {r['ghost']} ghost points, {r['edges']} kNN edges, "
-              f"sharded_knn {r['knn_s']:.2f} s, forward+backward {r['step_s']:.2f} s")
+              f"sharded_knn {r['knn_s']:.2f} s, forward+backward+step {r['step_s']:.2f} s")
     print(f"global loss {results[0]['loss']:.10f}")
     ref = results[0]
     if "ref_pred" in ref:

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -50,17 +51,47 @@ def test_every_example_script_is_documented():
         assert f"examples/{script.name}" in table, f"README's Examples table misses {script.name}"
 
 
-@pytest.mark.timeout(150)
-def test_distributed_example_runs_under_torchrun(tmp_path):
+def _port_diff(side: str) -> str:
+    """The README's PyG porting diff as the script before (``side="-"``) or after (``"+"``)."""
+    (diff,) = _blocks(_section("DomainParallel"), "diff")
+    other = "+" if side == "-" else "-"
+    return "".join(line[1:] + "\n" for line in diff.splitlines() if not line.startswith(other))
+
+
+@pytest.mark.timeout(200)
+def test_distributed_example_runs_under_torchrun(tmp_path, data_dir):
+    """The distributed core block, then (in the same 3-rank group) the ported PyG loop, whose final
+    loss must equal the original loop's on the whole mesh in one process (float64 on both sides, so
+    20 Adam steps on the raw pressure, a loss near 4e4, leave only rounding)."""
+    from meshshard.datasets import MeshDataset, preprocess_dataset
+
+    cyl = data_dir / "cylinder_crossflow_re35.vtu"
+    preprocess_dataset([cyl], tmp_path / "cyl_data", 3, ["velocity[0,1]"], ["pressure"],
+                       dtype="float64", progress=False)
     (code,) = _blocks(_section("Distributed core: uneven collectives and ShardTensor"), "python")
+    destroy = "ms.destroy_distributed()\n"
+    assert code.endswith(destroy)
     script = tmp_path / "readme_distributed.py"
     # one file per rank: the ranks' prints to the shared stdout interleave
-    script.write_text(code + "\nopen(f'rank{rank}.txt', 'w').write(f'{world} {st.shard_sizes()}')\n")
+    script.write_text(code[: -len(destroy)] + "\nopen(f'rank{rank}.txt', 'w').write(f'{world} {st.shard_sizes()}')\n"
+                      + "torch.set_default_dtype(torch.float64)\n" + _port_diff("+") + "open(f'port{rank}.txt', 'w').write(repr(float(loss.to_local())))\n" + destroy)
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3",
-                           str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=140)
+                           str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     for r in range(3):
         assert (tmp_path / f"rank{r}.txt").read_text() == "3 [1, 2, 3]"
+    losses = {float((tmp_path / f"port{r}.txt").read_text()) for r in range(3)}
+    assert len(losses) == 1, losses  # replicated
+    single = {"dataset": MeshDataset([cyl], ["velocity[0,1]"], ["pressure"], dtype=torch.float64)}
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        exec(_port_diff("-"), single)
+    finally:
+        torch.set_default_dtype(default)
+    ref = float(single["loss"].detach())
+    (sharded,) = losses
+    assert abs(sharded - ref) <= 1e-9 * abs(ref), (sharded, ref)
 
 
 @pytest.mark.timeout(240)

@@ -1,6 +1,9 @@
 """train_step on a sharded graph when one rank goes wrong: bad rows or a NaN on that rank only
 raise on EVERY rank, naming the rank and the cause, before any parameter changes; the group then
-still trains (one spawned group for every check)."""
+still trains, and a DomainParallel-wrapped model takes the same step with no explicit gradient
+all-reduce (one spawned group for every check)."""
+import copy
+
 import pytest
 import torch
 
@@ -45,8 +48,23 @@ def _faulty_rank(rank, world):
         train_step(model, opt, x_short, e, y, graph=g)
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters())), "a failed step changed parameters"
 
+    import meshshard as ms
+    from meshshard.tensor import ShardTensor
+
+    dp = ms.DomainParallel(copy.deepcopy(model))
+    dp_opt = torch.optim.Adam(dp.parameters(), lr=1e-3)
+    with pytest.raises(CollectiveMismatchError, match=r"rank\(s\) \[1\] .*y has 1 NaN/inf"):
+        train_step(dp, dp_opt, x, e, y_nan, graph=g)
+    with pytest.raises(ValueError, match="built with exchange='auto'"):
+        train_step(dp, dp_opt, x, e, y, graph=g, exchange="once")
+
     seen = []
     loss = train_step(model, opt, x, e, y, graph=g, before_step=lambda l: seen.append(float(l)))
+    # y as a ShardTensor (as ShardedMeshDataset hands it out); the hooks sum the gradients once
+    y_st = ShardTensor.from_local(y, sharding_shapes={0: g.sizes})
+    dp_loss = train_step(dp, dp_opt, x, e, y_st, graph=g)
+    assert abs(dp_loss - loss) <= 1e-12 * abs(loss)
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-12) for a, b in zip(dp.module.parameters(), model.parameters()))
     assert seen == [loss]
     losses = all_gather_into_tensor(torch.tensor([loss], dtype=torch.float64)).view(-1)
     assert bool((losses == losses[0]).all()) and torch.isfinite(losses).all()
