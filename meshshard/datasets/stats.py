@@ -19,6 +19,21 @@ STAT_KEYS = ("x", "y", "edge_attr")
 _MIN_STD = 1e-8  # columns that do not vary (e.g. a zero z-velocity) are divided by 1, not by ~0
 
 
+def _is_shard_tensor(t) -> bool:
+    from meshshard.tensor import ShardTensor
+
+    return isinstance(t, ShardTensor)
+
+
+def _on_local_rows(t, column_wise):
+    """``column_wise`` on a ShardTensor's local rows, layout kept (no communication): the statistics
+    are the same on every rank (one stats.json), so promoting them to Replicate, with the
+    PromotionWarning of a plain tensor meeting a ShardTensor, is not needed."""
+    from meshshard.tensor.shard_tensor import _FromLocal  # differentiable rewrap with the same layout
+
+    return _FromLocal.apply(column_wise(t.to_local()), t.device_mesh, tuple(t.placements), t._shard_sizes)
+
+
 @dataclass
 class Moments:
     """Count, mean and sum of squared deviations of every column (float64).
@@ -134,7 +149,8 @@ class FieldStats:
         """
         if t.shape[-1] != self.mean.numel():
             raise ValueError(f"normalize: tensor has {t.shape[-1]} columns, statistics have {self.mean.numel()}")
-        # dtype / device, not .to(t): t may be a ShardTensor, which .to(t) would try to shard
+        if _is_shard_tensor(t):
+            return _on_local_rows(t, self.normalize)
         return (t - self.mean.to(dtype=t.dtype, device=t.device)) / self._scale().to(dtype=t.dtype, device=t.device)
 
     def denormalize(self, t: torch.Tensor) -> torch.Tensor:
@@ -143,6 +159,8 @@ class FieldStats:
         Args:
             t: ``[*, C]``.
         """
+        if _is_shard_tensor(t):
+            return _on_local_rows(t, self.denormalize)
         return t * self._scale().to(dtype=t.dtype, device=t.device) + self.mean.to(dtype=t.dtype, device=t.device)
 
     def to_dict(self) -> dict:
