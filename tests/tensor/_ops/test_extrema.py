@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from meshshard.testing import run_distributed
+from tests.tensor._ops._mesh2d import check_on_dp_domain_mesh
 
 WORLD_SIZES = [1, 2, 3, 4]
 TIMEOUT = 120
@@ -94,6 +95,11 @@ def _rank_main(rank, world):
         assert "cumsum" in str(e)
     else:
         raise AssertionError("cumsum of a sharded tensor must raise")
+    if world == 4:  # on a 2 x 2 (dp, domain) mesh
+        distinct = torch.randn(8, 3, generator=g, dtype=torch.float64)
+        check_on_dp_domain_mesh("amax(0)", lambda t: t.amax(0), [distinct], [5, 3])
+        check_on_dp_domain_mesh("max(dim=0).values", lambda t: t.max(dim=0).values, [distinct], [1, 7])
+        check_on_dp_domain_mesh("argmin(0)", lambda t: t.argmin(0), [distinct.detach()], [4, 4])
     return True
 
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from meshshard.testing import run_distributed
+from tests.tensor._ops._mesh2d import check_on_dp_domain_mesh
 
 WORLD_SIZES = [1, 2, 3, 4]
 TIMEOUT = 240
@@ -211,6 +212,13 @@ def _rank_main(rank, world, data_dir):
         _check_rows_not_first(p_full, sizes, mesh, rank, tol)
     _check_metrics(_data(data_dir, sum(sizes), torch.float64), sizes, mesh, rank, TOLS[torch.float64])
     _check_bad_input(_data(data_dir, sum(sizes), torch.float64), sizes, mesh, rank, world)
+    if world == 4:  # the same losses on a 2 x 2 (dp, domain) mesh
+        g = torch.Generator().manual_seed(7)
+        p, y = torch.randn(9, 3, generator=g, dtype=torch.float64), torch.randn(9, 3, generator=g, dtype=torch.float64)
+        labels = torch.randint(0, 3, (9,), generator=g)
+        check_on_dp_domain_mesh("mse_loss", F.mse_loss, [p, y], [2, 7])
+        check_on_dp_domain_mesh("huber_loss sum", lambda a, b: F.huber_loss(a, b, reduction="sum"), [p, y], [6, 3])
+        check_on_dp_domain_mesh("cross_entropy", F.cross_entropy, [p, labels], [0, 9])
     return True
 
 

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from meshshard.testing import run_distributed
+from tests.tensor._ops._mesh2d import check_on_dp_domain_mesh
 
 WORLD_SIZES = [1, 2, 3, 4]
 TIMEOUT = 240
@@ -98,6 +99,12 @@ def _check(rank, world):
 
     x = ShardTensor.from_local(torch.randn(2, SIZES[world][rank], 4), mesh, (Shard(1),),
                                sharding_shapes={0: SIZES[world]})
+    if world == 4:  # on a 2 x 2 (dp, domain) mesh
+        g = torch.Generator().manual_seed(11)
+        pts = torch.randn(2, 4, 9, generator=g, dtype=torch.float64)
+        check_on_dp_domain_mesh("batch_norm", lambda t: F.batch_norm(t, None, None, training=True), [pts], [3, 6], dim=2)
+        check_on_dp_domain_mesh("group_norm", lambda t: F.group_norm(t, 2), [pts], [9, 0], dim=2)
+        check_on_dp_domain_mesh("layer_norm over the points", lambda t: F.layer_norm(t, (4, 9)), [pts], [5, 4], dim=2)
     _expect(NotImplementedError, lambda: F.batch_norm(x, None, None, training=True), "channel dim 1")
     _expect(ValueError, lambda: F.group_norm(x.transpose(1, 2), 3), "divisible")
     return buffers

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from meshshard.testing import run_distributed
+from tests.tensor._ops._mesh2d import check_on_dp_domain_mesh
 
 WORLD_SIZES = [1, 2, 3, 4]
 TIMEOUT = 240
@@ -124,6 +125,11 @@ def _view_checks(rank, world):
     (y.to_local() ** 2).sum().backward()
     (ref ** 2).sum().backward()
     assert torch.allclose(rep_leaf.grad, ref_leaf.grad, rtol=1e-12, atol=1e-12)
+    if world == 4:  # on a 2 x 2 (dp, domain) mesh
+        for name, f in (("flatten", lambda t: t.flatten(0, 1)), ("unsqueeze", lambda t: t.unsqueeze(1)),
+                        ("slice", lambda t: t[1:6:2]), ("select feature", lambda t: t[:, 2]),
+                        ("index_select", lambda t: t.index_select(0, torch.tensor([6, 0, 3, 3])))):
+            check_on_dp_domain_mesh(name, f, [x], [3, 4])
     return True
 
 
