@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from meshshard.testing import run_distributed
+from tests.tensor._helpers import expect_raises as _expect
 
 TIMEOUT = 180
 MESHES = {1: [(1, 1)], 2: [(1, 2), (2, 1)], 3: [(3, 1), (1, 3)], 4: [(2, 2)]}
@@ -20,16 +21,6 @@ TOL32 = dict(rtol=1e-5, atol=1e-5)
 def _close(a, b, what, tol=TOL64):
     assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
     assert torch.allclose(a, b, **tol), f"{what}: max diff {(a - b).abs().max().item()}"
-
-
-def _expect(exc, fn, *words):
-    try:
-        fn()
-    except exc as e:  # noqa: PERF203
-        for w in words:
-            assert w in str(e), f"message {str(e)!r} lacks {w!r}"
-        return
-    raise AssertionError(f"expected {exc.__name__}")
 
 
 def _block(full, mesh, hs, ws):

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from meshshard.testing import run_distributed
+from tests.tensor._helpers import expect_raises as _expect
 
 WORLD_SIZES = [1, 2, 3, 4]
 TIMEOUT = 300
@@ -31,17 +32,6 @@ def _offsets(sizes):
 def _close(a, b, what):
     assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
     assert torch.allclose(a, b, **TOL), f"{what}: max diff {(a - b).abs().max().item()}"
-
-
-def _expect(exc, fn, *words):
-    try:
-        fn()
-    except exc as e:  # noqa: PERF203
-        msg = str(e)
-        for w in words:
-            assert w in msg, f"message {msg!r} lacks {w!r}"
-        return
-    raise AssertionError(f"expected {exc.__name__}")
 
 
 def _model(seed):

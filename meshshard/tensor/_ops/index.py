@@ -302,6 +302,18 @@ def _index_layout(func, x, index):
     return index, None, None, None
 
 
+def _source_dim_index(func, args, kwargs):
+    """``(input, dim, index)`` of ``index_select`` / ``gather``, ``dim`` made non-negative; the
+    input must be a ShardTensor (a plain one with a ShardTensor index is refused)."""
+    x = args[0] if args else kwargs["input"]
+    dim = args[1] if len(args) > 1 else kwargs["dim"]
+    index = args[2] if len(args) > 2 else kwargs["index"]
+    if not isinstance(x, ShardTensor):
+        raise NotImplementedError(f"ShardTensor: {op_name(func)} of a plain tensor with a ShardTensor index; {WAY_OUT}")
+    reference(func, [x])
+    return x, dim % max(x.dim(), 1), index
+
+
 def index_select_handler(func, types, args, kwargs):
     """``index_select(x, dim, index)`` with global indices.
 
@@ -309,13 +321,7 @@ def index_select_handler(func, types, args, kwargs):
     sharded dim: rows fetched from their owners (``indexed_all_to_all_v``). With an index
     ShardTensor (1-d, sharded) the result is sharded along ``dim`` like the index; with a plain
     index it is sharded along ``dim`` in the ``torch.chunk`` layout of the index."""
-    x = args[0] if args else kwargs["input"]
-    dim = args[1] if len(args) > 1 else kwargs["dim"]
-    index = args[2] if len(args) > 2 else kwargs["index"]
-    if not isinstance(x, ShardTensor):
-        raise NotImplementedError(f"ShardTensor: {op_name(func)} of a plain tensor with a ShardTensor index; {WAY_OUT}")
-    reference(func, [x])
-    dim = dim % max(x.dim(), 1)
+    x, dim, index = _source_dim_index(func, args, kwargs)
     sd = shard_dim_of(x.placements)
     if sd is None:
         if isinstance(index, ShardTensor) and not is_replicated(index):
@@ -364,13 +370,7 @@ def gather_handler(func, types, args, kwargs):
     layout)."""
     if kwargs.get("sparse_grad") or len(args) > 3 and args[3]:
         raise NotImplementedError(f"ShardTensor: {op_name(func)} with sparse_grad=True; {WAY_OUT}")
-    x = args[0] if args else kwargs["input"]
-    dim = args[1] if len(args) > 1 else kwargs["dim"]
-    index = args[2] if len(args) > 2 else kwargs["index"]
-    if not isinstance(x, ShardTensor):
-        raise NotImplementedError(f"ShardTensor: {op_name(func)} of a plain tensor with a ShardTensor index; {WAY_OUT}")
-    reference(func, [x])
-    dim = dim % max(x.dim(), 1)
+    x, dim, index = _source_dim_index(func, args, kwargs)
     sd = shard_dim_of(x.placements)
     if sd is None or sd[1] != dim:
         if isinstance(index, ShardTensor):

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from meshshard.testing import run_distributed
+from tests.tensor._helpers import expect_raises as _expect
 
 WORLD_SIZES = [1, 2, 3, 4]
 TIMEOUT = 240
@@ -24,16 +25,6 @@ def _rows(t, sizes, rank, dim):
 def _close(a, b, what, dtype):
     assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
     assert torch.allclose(a, b, **TOL[dtype]), f"{what}: max diff {(a - b).abs().max().item()}"
-
-
-def _expect(exc, fn, *words):
-    try:
-        fn()
-    except exc as e:  # noqa: PERF203
-        for w in words:
-            assert w in str(e), f"message {str(e)!r} lacks {w!r}"
-        return
-    raise AssertionError(f"expected {exc.__name__}")
 
 
 def _sdpa_case(rank, world, mesh, dtype, kv_replicated=False, hk=2, **kw):

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from meshshard.testing import run_distributed
+from tests.tensor._helpers import expect_raises as _expect
 
 TIMEOUT = 240
 # rows of the sharded dim per rank: uneven, with zero-row and 1-row (thinner than the halo) shards
@@ -135,15 +136,6 @@ def _check_case(name, nd, make, op, sizes, dtype, rank, mesh=None, placements=No
         g = p.grad.clone()
         all_reduce(g, group=mesh.get_group(mesh.ndim - 1))  # weights: per-rank partial sums, as for nn.Linear
         assert torch.allclose(g, pr.grad, **tol), f"{name} {sizes}: param {i} grad differs by {(g - pr.grad).abs().max()}"
-
-
-def _expect(exc, fn, *words):
-    try:
-        fn()
-    except exc as e:
-        assert all(w in str(e) for w in words), f"message {str(e)!r} lacks one of {words}"
-        return
-    raise AssertionError(f"expected {exc.__name__}")
 
 
 def _refusals(rank, sizes):

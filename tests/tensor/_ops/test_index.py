@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from meshshard.testing import run_distributed
+from tests.tensor._helpers import expect_raises as _expect
 
 WORLD_SIZES = [1, 2, 3, 4]
 TIMEOUT = 240
@@ -16,16 +17,6 @@ IDX5 = {1: [5], 2: [3, 2], 3: [0, 4, 1], 4: [2, 0, 2, 1]}     # rows of a sharde
 IDX4 = {1: [4], 2: [1, 3], 3: [2, 0, 2], 4: [1, 0, 2, 1]}
 STEP2 = {1: [3], 2: [0, 3], 3: [1, 0, 2], 4: [0, 2, 0, 1]}    # rows 1, 3, 5 of x[1:6:2] per rank
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-5, atol=1e-5)}
-
-
-def _expect(exc, fn, *words):
-    try:
-        fn()
-    except exc as e:  # noqa: PERF203
-        for w in words:
-            assert w in str(e), f"message {str(e)!r} lacks {w!r}"
-        return
-    raise AssertionError(f"expected {exc.__name__}")
 
 
 def _check(name, f, full, sizes, mesh, coord, placements=None):

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from meshshard.testing import run_distributed
+from tests.tensor._helpers import expect_raises as _expect
 from tests.tensor._ops._mesh2d import check_on_dp_domain_mesh
 
 WORLD_SIZES = [1, 2, 3, 4]
@@ -27,16 +28,6 @@ def _data(data_dir, n, dtype):
 def _close(a, b, tol, what):
     assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
     assert torch.allclose(a, b, rtol=tol, atol=tol), f"{what}: max diff {(a - b).abs().max().item()}"
-
-
-def _expect(exc, fn, *words):
-    try:
-        fn()
-    except exc as e:  # noqa: PERF203
-        for w in words:
-            assert w in str(e), f"message {str(e)!r} lacks {w!r}"
-        return
-    raise AssertionError(f"expected {exc.__name__}")
 
 
 def _cases(p):

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from meshshard.testing import run_distributed
+from tests.tensor._helpers import expect_raises as _expect
 from tests.tensor._ops._mesh2d import check_on_dp_domain_mesh
 
 WORLD_SIZES = [1, 2, 3, 4]
@@ -64,16 +65,6 @@ def _module_case(rank, world, mesh, module, shape, dim, dtype=torch.float64):
     for (name, b), r in zip(module.named_buffers(), ref.buffers()):
         assert torch.allclose(b.double(), r.double(), **TOL[dtype]), f"{what} buffer {name}: {b} vs {r}"
     return [b.clone() for b in module.buffers()]
-
-
-def _expect(exc, fn, *words):
-    try:
-        fn()
-    except exc as e:  # noqa: PERF203
-        for w in words:
-            assert w in str(e), f"message {str(e)!r} lacks {w!r}"
-        return
-    raise AssertionError(f"expected {exc.__name__}")
 
 
 def _check(rank, world):

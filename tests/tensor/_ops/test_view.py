@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from meshshard.testing import run_distributed
+from tests.tensor._helpers import expect_raises as _expect
 from tests.tensor._ops._mesh2d import check_on_dp_domain_mesh
 
 WORLD_SIZES = [1, 2, 3, 4]
@@ -15,16 +16,6 @@ SIZES = {1: [7], 2: [0, 7], 3: [2, 0, 5], 4: [1, 3, 0, 3]}
 EVEN_PAIRS = {1: [8], 2: [0, 8], 3: [2, 0, 6], 4: [2, 4, 0, 2]}  # every offset and size even
 ODD = {2: [3, 5], 3: [2, 1, 5], 4: [1, 3, 0, 4]}
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-5, atol=1e-5)}
-
-
-def _expect(exc, fn, *words):
-    try:
-        fn()
-    except exc as e:  # noqa: PERF203
-        for w in words:
-            assert w in str(e), f"message {str(e)!r} lacks {w!r}"
-        return
-    raise AssertionError(f"expected {exc.__name__}")
 
 
 def _check(name, f, full, sizes, dim, mesh, rank):
