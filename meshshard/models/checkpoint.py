@@ -203,5 +203,5 @@ def load_checkpoint(path: PathLike, map_location=None) -> Tuple[nn.Module, Check
         stats=DatasetStats.from_dict(entry["stats"]), features=list(entry["features"]),
         targets=list(entry["targets"]), feature_columns=list(entry["feature_columns"]),
         target_columns=list(entry["target_columns"]), node_types=list(entry["node_types"]), knn=int(entry["knn"]),
-        step=int(ckpt.get("step", 0)), extra={k: v for k, v in ckpt.items() if k not in ("model", "meshshard")})
+        step=int(ckpt.get("step", 0)), extra={k: v for k, v in ckpt.items() if k not in ("model", "meshshard", "step")})
     return model, info
