@@ -18,6 +18,8 @@ Sharded and single-process outputs are equal (float64 to 1e-10).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
 import time
 from pathlib import Path
@@ -218,7 +220,9 @@ def _output_mesh(source: Path, mesh):
         out = meshio.Mesh(np.asarray(mesh.points), [("vertex", np.arange(n).reshape(n, 1))],
                           point_data={k: np.asarray(v) for k, v in mesh.point_data.items()})
     else:
-        out = meshio.read(source)
+        # read_mesh has read this file already and passed meshio's notes on; they are not repeated
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            out = meshio.read(source)
         out.cell_sets = {}  # VTU has no cell sets (SU2 markers); meshio would refuse some of them
     if out.points.shape[1] == 2:
         out.points = np.concatenate([out.points, np.zeros((len(out.points), 1))], axis=1)
@@ -321,7 +325,6 @@ def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: 
         echo(f"{info.model_class}(hidden={cfg.get('hidden')}, layers={cfg.get('num_layers')}) from {checkpoint} "
              f"(step {info.step}): {info.targets} from {info.features}; {len(samples)} sample(s) on {world} rank(s), "
              f"{str(run_dtype)[6:]}{', amp bf16' if amp else ''}, {device}")
-        out_dir.mkdir(parents=True, exist_ok=True)
     results = []
     t0 = time.perf_counter()
     bar = tqdm(samples, desc="predict", unit="sample", disable=not progress or rank != 0, file=sys.stderr)
@@ -335,7 +338,9 @@ def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: 
                                                          f"predict: reading {sample['source']}", group)
             graph = None
             if world > 1:  # every rank builds the same partition (deterministic for a seed)
-                part = run_together(lambda: partition(mesh.points, world, method=method, edge_index=ei, seed=seed),
+                # unrefined: for one forward pass, refining the cut costs more time than the halo rows it saves
+                part = run_together(lambda: partition(mesh.points, world, method=method, edge_index=ei, seed=seed,
+                                                      refine=False),
                                     f"predict: partitioning {sample['source']}", group)
                 graph = ShardedGraph.from_partition(ei, part, group=group)
                 x_in, e_in = x_in[graph.owned_ids], e_in[graph.edge_ids]
