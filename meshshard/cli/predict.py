@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import sys
 import time
 from pathlib import Path
@@ -278,7 +279,7 @@ def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: 
 
     Args:
         checkpoint: file written by :func:`meshshard.models.training_checkpoint`.
-        inputs: mesh files, folders of mesh files, preprocessed dataset folders.
+        inputs: mesh files, folders of mesh files, preprocessed dataset folders (or one of them).
         out: output folder (created; ``<sample>.vtu`` files in it are replaced atomically).
         method: partitioner for meshes partitioned on the fly.
         seed: partitioner seed.
@@ -304,6 +305,8 @@ def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: 
     from meshshard.partitioners import partition
 
     rank, world = get_rank(group), get_world_size(group)
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
     device = torch.device("cpu") if device is None else torch.device(device)
     if amp not in (None, "bf16"):
         raise ValueError(f"amp must be None or 'bf16', got {amp!r}")
