@@ -74,7 +74,7 @@ def main(argv=None) -> int:
     from meshshard._fileutil import atomic_torch_save
     from meshshard.datasets import MeshDataset, ShardedMeshDataset, model_inputs
     from meshshard.distributed import barrier, get_backend
-    from meshshard.models import MeshGraphNet
+    from meshshard.models import MeshGraphNet, training_checkpoint
 
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     rank, world = ms.init_distributed(backend="nccl" if use_cuda else "gloo")
@@ -164,8 +164,8 @@ def main(argv=None) -> int:
             bar.set_postfix(loss=f"{loss:.5g}")
         if args.save and ((step + 1) % args.save_every == 0 or step + 1 == args.steps):
             if rank == 0:
-                atomic_torch_save({"model": model.module.state_dict(), "optimizer": opt.state_dict(), "step": step + 1,
-                                   "rng": torch.get_rng_state(), "args": vars(args)}, args.save)
+                atomic_torch_save(training_checkpoint(model, ds, optimizer=opt, step=step + 1, rng=torch.get_rng_state(),
+                                                      args=vars(args)), args.save)
             barrier()
     bar.close()
     if rank == 0:

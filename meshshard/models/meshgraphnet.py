@@ -182,3 +182,14 @@ class MeshGraphNet(nn.Module):
     def extra_repr(self) -> str:
         return (f"node_in={self.node_in}, edge_in={self.edge_in}, node_out={self.node_out}, hidden={self.hidden}, "
                 f"num_layers={self.num_layers}, mlp_layers={self.mlp_layers}")
+
+    @property
+    def config(self) -> dict:
+        """The constructor arguments: ``MeshGraphNet(**net.config)`` builds the same architecture
+        (:mod:`meshshard.models.checkpoint` stores it with the weights)."""
+        # The activation class is not kept as an attribute; the decoder holds instances of it
+        # (none when mlp_layers == 0, where it does not matter).
+        act = next((type(m) for m in self.decoder if not isinstance(m, (nn.Linear, nn.LayerNorm))), nn.ReLU)
+        return dict(node_in=self.node_in, edge_in=self.edge_in, node_out=self.node_out, hidden=self.hidden,
+                    num_layers=self.num_layers, mlp_layers=self.mlp_layers, activation=act,
+                    checkpoint=self.checkpoint)

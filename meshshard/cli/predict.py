@@ -1,0 +1,373 @@
+"""``meshshard predict``: apply a trained model to meshes or a preprocessed dataset, write VTU files.
+
+Each input sample becomes ``OUT/<sample>.vtu``: the input mesh (every cell and point field it had)
+with the model's prediction added as point data ``<target>_pred``, de-normalised with the
+checkpoint's statistics, and, when the input holds the target fields, ``<target>_error``
+(prediction minus truth) and a metrics line per target column (MSE, relative L2, max abs error).
+
+Everything the model needs comes from the checkpoint (:func:`meshshard.models.load_checkpoint`):
+model class and configuration, statistics, feature and target fields, node types, knn, dtype.
+
+On one process the model runs on the whole mesh. Under torchrun each rank runs the model on its
+part: mesh files are partitioned on the fly (every rank reads the mesh and builds the same
+partition), a preprocessed dataset folder with as many parts as ranks is read part by part (each
+rank reads only its own), and rank 0 gathers the prediction in the original node order and
+writes. A dataset preprocessed into another number of parts is predicted from its source meshes.
+Sharded and single-process outputs are equal (float64 to 1e-10).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+import torch
+
+HELP = ("apply a trained model (a checkpoint of examples/train_meshgraphnet.py) to mesh files or a preprocessed "
+        "dataset; write OUT/<sample>.vtu with <target>_pred (and <target>_error when the targets exist)")
+
+__all__ = ["HELP", "add_arguments", "run", "predict", "AMP_BF16_TOLERANCE"]
+
+#: Largest difference of ``--amp bf16`` predictions to float32 ones, in units of the target's standard
+#: deviation (what the model outputs before de-normalising); tests/cli/test_predict.py checks it. bfloat16
+#: keeps 8 significant bits (relative rounding 2**-9 = 2e-3 per operation); on the cylinder mesh the
+#: largest difference measured was 4.1e-3 (hidden 8, 2 layers), 1.4e-2 (hidden 32, 4 layers, trained
+#: 20 steps) and 2.0e-2 (hidden 128, 15 layers) standard deviations (README, "Predicting").
+AMP_BF16_TOLERANCE = 5e-2
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's options to ``parser``.
+
+    Args:
+        parser: the command's ``argparse`` parser.
+    """
+    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+                        help="mesh files with the feature fields (any meshio format, .npz point clouds), folders of "
+                             "them, or folders written by `meshshard preprocess`")
+    parser.add_argument("--checkpoint", required=True, metavar="CKPT",
+                        help="checkpoint written by examples/train_meshgraphnet.py --save (or training_checkpoint)")
+    parser.add_argument("-o", "--out", required=True, help="output folder for <sample>.vtu")
+    from meshshard.cli._mesh_cmd import METHODS
+
+    parser.add_argument("-m", "--method", default="kdtree", choices=METHODS,
+                        help="partitioner for meshes partitioned on the fly (default kdtree)")
+    parser.add_argument("--seed", type=int, default=0, help="partitioner seed")
+    parser.add_argument("--amp", default="none", choices=["none", "bf16"],
+                        help="bf16: run the model under torch.autocast(bfloat16) (CPU or CUDA; float32 models)")
+    parser.add_argument("--dtype", default=None, choices=["float32", "float64"],
+                        help="compute dtype (default: the checkpoint's)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                        help="auto: cuda when available (NCCL under torchrun), else cpu (gloo)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the process group when launched by torchrun, predict every sample, print the metrics.
+
+    Args:
+        args: the parsed options.
+
+    Returns:
+        the exit status (0).
+    """
+    from meshshard.distributed import destroy_distributed, init_distributed, is_initialized
+
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        raise ValueError("--device cuda: CUDA is not available")
+    started_here = not is_initialized()
+    init_distributed(backend="nccl" if use_cuda else "gloo")  # a no-op without torchrun's variables
+    started_here = started_here and is_initialized()
+    device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
+    finished = False
+    try:
+        predict(args.checkpoint, args.inputs, args.out, method=args.method, seed=args.seed,
+                amp=None if args.amp == "none" else args.amp, dtype=args.dtype, device=device,
+                progress=not args.quiet)
+        finished = True
+    finally:
+        if started_here:
+            destroy_distributed(barrier=finished)  # a failed rank's peers failed alike (run_together)
+    return 0
+
+
+def _target_keys(targets: Sequence[str], columns: Sequence[str]) -> List[tuple]:
+    """``(output name, first column, number of columns)`` per target spec, from the column names
+    :func:`meshshard.datasets.field_columns` gave them at training (``name`` or ``name_<i>``)."""
+    from meshshard.datasets.fields import parse_field
+
+    out, i = [], 0
+    for spec in targets:
+        name, comps = parse_field(spec)
+        if comps is not None:
+            width = len(comps)
+        elif i < len(columns) and columns[i] == name:
+            width = 1
+        else:
+            width = 0
+            while i + width < len(columns) and columns[i + width] == f"{name}_{width}":
+                width += 1
+        out.append((name, i, width))
+        i += width
+    if i != len(columns) or any(w == 0 for _, _, w in out):
+        raise ValueError(f"the checkpoint's target columns {list(columns)} do not match its targets {list(targets)}")
+    names = [n for n, _, _ in out]
+    if len(set(names)) < len(names):  # two specs of one field: name the outputs by column
+        return [(columns[c], c, 1) for c in range(len(columns))]
+    return out
+
+
+def _samples(inputs, world: int) -> List[dict]:
+    """Every sample to predict, in order: a mesh file, or a part-by-part read of a dataset."""
+    from meshshard.datasets import is_dataset_dir, list_mesh_files, read_dataset_meta
+
+    samples = []
+    for inp in inputs:
+        if Path(inp).is_dir() and is_dataset_dir(inp):
+            meta = read_dataset_meta(inp)
+            for i, s in enumerate(meta["samples"]):
+                source = Path(s["source"])
+                if not source.is_file():
+                    raise FileNotFoundError(f"{inp}: sample {s['name']}'s source mesh {source} is missing (predict "
+                                            "writes the source mesh with the predicted fields)")
+                if int(meta["num_parts"]) == world:
+                    samples.append({"name": s["name"], "source": source, "dataset": Path(inp), "index": i,
+                                    "source_sha256": s["source_sha256"]})
+                else:  # the stored parts do not fit this many ranks: partition the source again
+                    samples.append({"name": s["name"], "source": source})
+        else:
+            samples += [{"name": f.stem, "source": f} for f in list_mesh_files(inp)]
+    names = [s["name"] for s in samples]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"several inputs would be written to the same OUT/<sample>.vtu: {dup}; predict them into "
+                         "separate -o folders")
+    return samples
+
+
+def _check_features(samples: List[dict], info) -> None:
+    """Every mesh input has the feature fields (checked before any work, naming file and field)."""
+    from meshshard.datasets.fields import check_fields
+
+    check_fields([s["source"] for s in samples if "dataset" not in s], info.features, [])
+
+
+def _normalised(x, node_type, edge_attr, info, dtype):
+    """The model's inputs, as :func:`meshshard.datasets.model_inputs` builds them in training."""
+    s = info.stats
+    x_in = torch.cat([s.x.normalize(x.to(dtype)), node_type.to(dtype)], dim=1)
+    return x_in, s.edge_attr.normalize(edge_attr.to(dtype))
+
+
+def _mesh_inputs(path: Path, info, dtype):
+    """Every rank: the mesh, its graph and normalised inputs (node types in the checkpoint's vocabulary)."""
+    from meshshard.datasets.fields import field_columns, mesh_arrays
+    from meshshard.io import read_mesh
+
+    mesh = read_mesh(path)
+    dims = len(info.stats.edge_attr.mean) - 1
+    if mesh.points.shape[1] != dims:
+        raise ValueError(f"{path}: a {mesh.points.shape[1]}D mesh, but the checkpoint was trained on {dims}D meshes")
+    cols = field_columns(mesh, info.features)
+    if cols != info.feature_columns:
+        raise ValueError(f"{path}: the features {info.features} give the columns {cols}, the checkpoint was trained "
+                         f"on {info.feature_columns}")
+    a = mesh_arrays(mesh, info.features, [], info.node_types, dtype=torch.float64, knn=info.knn)
+    x_in, e_in = _normalised(a["x"], a["node_type"], a["edge_attr"], info, dtype)
+    unknown = sorted(set(mesh.node_sets) - set(info.node_types))
+    return mesh, a["edge_index"], x_in, e_in, unknown
+
+
+class _Datasets:
+    """ShardedMeshDatasets opened once per folder (construction is collective)."""
+
+    def __init__(self, group, dtype) -> None:
+        self.group, self.dtype, self.open = group, dtype, {}
+
+    def sample_inputs(self, sample: dict, info):
+        from meshshard.datasets import ShardedMeshDataset
+
+        root = sample["dataset"]
+        if root not in self.open:
+            ds = ShardedMeshDataset(root, group=self.group, dtype=self.dtype, cache=False)
+            if ds.feature_columns != info.feature_columns:
+                raise ValueError(f"{root}: its feature columns {ds.feature_columns} are not the checkpoint's "
+                                 f"{info.feature_columns}")
+            if len(ds.stats.edge_attr.mean) != len(info.stats.edge_attr.mean):
+                raise ValueError(f"{root}: its meshes are {len(ds.stats.edge_attr.mean) - 1}D, the checkpoint was "
+                                 f"trained on {len(info.stats.edge_attr.mean) - 1}D meshes")
+            self.open[root] = ds
+        ds = self.open[root]
+        s = ds[sample["index"]]
+        # the dataset's node types -> the checkpoint's (a type it does not know counts as interior)
+        lut = torch.tensor([0] + [info.node_types.index(n) + 1 if n in info.node_types else 0 for n in ds.node_types])
+        node_type = torch.nn.functional.one_hot(lut[s.node_type.to_local().argmax(dim=1)], len(info.node_types) + 1)
+        x_in, e_in = _normalised(s.x.to_local(), node_type, s.edge_attr, info, self.dtype)
+        unknown = sorted(set(ds.meta["samples"][sample["index"]]["node_set_names"]) - set(info.node_types))
+        return s.graph, x_in, e_in, unknown
+
+
+def _output_mesh(source: Path, mesh):
+    """The input as a meshio mesh for the VTU (3D points; a point cloud gets vertex cells)."""
+    import meshio
+    import numpy as np
+
+    if source.suffix.lower() in (".npz", ".npy"):
+        n = mesh.num_nodes
+        out = meshio.Mesh(np.asarray(mesh.points), [("vertex", np.arange(n).reshape(n, 1))],
+                          point_data={k: np.asarray(v) for k, v in mesh.point_data.items()})
+    else:
+        # read_mesh has read this file already and passed meshio's notes on; they are not repeated
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            out = meshio.read(source)
+        out.cell_sets = {}  # VTU has no cell sets (SU2 markers); meshio would refuse some of them
+    if out.points.shape[1] == 2:
+        out.points = np.concatenate([out.points, np.zeros((len(out.points), 1))], axis=1)
+    return out
+
+
+def _write_sample(sample: dict, mesh, pred: torch.Tensor, info, out_dir: Path) -> dict:
+    """Rank 0: add ``<target>_pred`` (and ``_error`` + metrics when the truth is there), write atomically."""
+    import meshio
+
+    from meshshard._fileutil import atomic_path, sha256_file
+    from meshshard.datasets.fields import POSITION_FIELD, parse_field, select_fields
+    from meshshard.io import read_mesh
+    from meshshard.tensor import max_abs_error, relative_l2_error
+
+    source = sample["source"]
+    if mesh is None:  # a dataset sample: the mesh to write is its source file
+        if sha256_file(source) != sample["source_sha256"]:
+            raise ValueError(f"{source} changed since it was preprocessed (sha256 differs); preprocess it again or "
+                             "predict the file itself")
+        mesh = read_mesh(source)
+    out = _output_mesh(source, mesh)
+    pred = pred.detach().to(torch.float64).cpu()
+    if len(out.points) != pred.shape[0]:
+        raise ValueError(f"{source}: {len(out.points)} points but {pred.shape[0]} predicted rows")
+    has_truth = all(parse_field(t)[0] in mesh.point_data or parse_field(t)[0] == POSITION_FIELD for t in info.targets)
+    truth = torch.from_numpy(select_fields(mesh, info.targets)) if has_truth and info.targets else None
+    for key, c0, width in _target_keys(info.targets, info.target_columns):
+        cols = slice(c0, c0 + width)
+        out.point_data[f"{key}_pred"] = pred[:, cols].squeeze(1).numpy() if width == 1 else pred[:, cols].numpy()
+        if truth is not None:
+            err = pred[:, cols] - truth[:, cols]
+            out.point_data[f"{key}_error"] = err.squeeze(1).numpy() if width == 1 else err.numpy()
+    metrics = None
+    if truth is not None:
+        metrics = {c: {"mse": float(((pred[:, j] - truth[:, j]) ** 2).mean()),
+                       "rel_l2": float(relative_l2_error(pred[:, j], truth[:, j])),
+                       "max_abs": float(max_abs_error(pred[:, j], truth[:, j]))}
+                   for j, c in enumerate(info.target_columns)}
+    path = out_dir / f"{sample['name']}.vtu"
+    with atomic_path(path) as tmp:
+        meshio.write(tmp, out, file_format="vtu")
+    return {"name": sample["name"], "path": path, "num_nodes": pred.shape[0], "metrics": metrics}
+
+
+def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: int = 0, amp: Optional[str] = None,
+            dtype: Optional[str] = None, device=None, group=None, progress: bool = True, echo=print) -> List[dict]:
+    """Predict every input sample with a checkpoint's model and write ``out/<sample>.vtu`` (collective).
+
+    Every rank of ``group`` calls it with the same arguments; one rank runs the whole mesh,
+    several run one part each (see the module docstring). A bad input raises on every rank.
+
+    Args:
+        checkpoint: file written by :func:`meshshard.models.training_checkpoint`.
+        inputs: mesh files, folders of mesh files, preprocessed dataset folders (or one of them).
+        out: output folder (created; ``<sample>.vtu`` files in it are replaced atomically).
+        method: partitioner for meshes partitioned on the fly.
+        seed: partitioner seed.
+        amp: ``"bf16"``: the forward pass under ``torch.autocast(dtype=torch.bfloat16)``
+            (float32 models; outputs differ from float32 by up to :data:`AMP_BF16_TOLERANCE`
+            target standard deviations); ``None``: off.
+        dtype: ``"float32"`` / ``"float64"`` compute dtype (default: the checkpoint's).
+        device: torch device of the model (default CPU).
+        group: process group (default: the world).
+        progress: a progress bar over samples (rank 0).
+        echo: where rank 0 prints its lines.
+
+    Returns:
+        On rank 0, per sample ``{"name", "path", "num_nodes", "metrics"}`` (``metrics``: per
+        target column ``{"mse", "rel_l2", "max_abs"}``, or ``None`` without the targets); ``[]``
+        on other ranks.
+    """
+    from tqdm import tqdm
+
+    from meshshard.distributed import get_rank, get_world_size, run_together
+    from meshshard.graph import ShardedGraph
+    from meshshard.models import load_checkpoint
+    from meshshard.partitioners import partition
+
+    rank, world = get_rank(group), get_world_size(group)
+    if isinstance(inputs, (str, os.PathLike)):
+        inputs = [inputs]
+    device = torch.device("cpu") if device is None else torch.device(device)
+    if amp not in (None, "bf16"):
+        raise ValueError(f"amp must be None or 'bf16', got {amp!r}")
+    if dtype not in (None, "float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    out_dir = Path(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"-o/--out {out_dir} exists and is not a folder")
+    net, info = run_together(lambda: load_checkpoint(checkpoint), f"predict: reading {checkpoint}", group)
+    run_dtype = getattr(torch, dtype) if dtype else info.dtype
+    if amp == "bf16" and run_dtype != torch.float32:
+        raise ValueError(f"--amp bf16 runs float32 layers in bfloat16; this run is {str(run_dtype)[6:]}: "
+                         "add --dtype float32")
+    net = net.to(device=device, dtype=run_dtype)
+    samples = run_together(lambda: _samples(inputs, world), "predict: listing the inputs", group)
+    run_together(lambda: _check_features(samples, info), "predict: checking the input fields", group)
+    datasets = _Datasets(group, run_dtype)
+    if rank == 0:
+        cfg = info.model_config
+        echo(f"{info.model_class}(hidden={cfg.get('hidden')}, layers={cfg.get('num_layers')}) from {checkpoint} "
+             f"(step {info.step}): {info.targets} from {info.features}; {len(samples)} sample(s) on {world} rank(s), "
+             f"{str(run_dtype)[6:]}{', amp bf16' if amp else ''}, {device}")
+    results = []
+    t0 = time.perf_counter()
+    bar = tqdm(samples, desc="predict", unit="sample", disable=not progress or rank != 0, file=sys.stderr)
+    for sample in bar:
+        mesh = None
+        if "dataset" in sample:
+            graph, x_in, e_in, unknown = run_together(lambda: datasets.sample_inputs(sample, info),
+                                                      f"predict: {sample['name']}", group)
+        else:
+            mesh, ei, x_in, e_in, unknown = run_together(lambda: _mesh_inputs(sample["source"], info, run_dtype),
+                                                         f"predict: reading {sample['source']}", group)
+            graph = None
+            if world > 1:  # every rank builds the same partition (deterministic for a seed)
+                # unrefined: for one forward pass, refining the cut costs more time than the halo rows it saves
+                part = run_together(lambda: partition(mesh.points, world, method=method, edge_index=ei, seed=seed,
+                                                      refine=False),
+                                    f"predict: partitioning {sample['source']}", group)
+                graph = ShardedGraph.from_partition(ei, part, group=group)
+                x_in, e_in = x_in[graph.owned_ids], e_in[graph.edge_ids]
+        with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16"):
+            if graph is None:
+                pred = net(x_in.to(device), ei.to(device), e_in.to(device))
+            else:
+                pred = net(x_in.to(device), e_in.to(device), graph=graph.to(device))
+        pred = pred.to(run_dtype)
+        if graph is not None:
+            pred = graph.gather(pred, dst=0)  # original node order, on rank 0
+        if rank == 0 and unknown:
+            bar.write(f"{sample['name']}: node sets {unknown} are not node types of the checkpoint "
+                      f"({info.node_types}); their nodes count as interior", file=sys.stderr)
+        res = run_together(lambda: _write_sample(sample, mesh, info.stats.y.denormalize(pred), info, out_dir)
+                           if rank == 0 else None, f"predict: writing {sample['name']}.vtu", group)
+        if rank == 0:
+            results.append(res)
+            if res["metrics"]:
+                (echo if bar.disable else bar.write)(f"{res['name']}: " + "; ".join(
+                    f"{c}: MSE {m['mse']:.4g}, relative L2 {m['rel_l2']:.4g}, max |error| {m['max_abs']:.4g}"
+                    for c, m in res["metrics"].items()))
+    bar.close()
+    if rank == 0:
+        echo(f"wrote {len(results)} file(s) to {out_dir} in {time.perf_counter() - t0:.1f} s")
+    return results
