@@ -21,11 +21,13 @@ from meshshard.viz.partition_plot import (_MAX_FACES_3D, _MAX_POINTS_3D, PathLik
                                           _light_direction, _marker_size, _marker_size_3d, _new_figure,
                                           _points_and_mesh, _save, _shade, _surface_faces)
 
-__all__ = ["field_values", "prediction_field_names", "plot_field", "plot_field_comparison"]
+__all__ = ["field_values", "prediction_field_names", "plot_field", "plot_field_comparison", "DEFAULT_VIEW"]
 
 FieldLike = Union[str, np.ndarray, torch.Tensor]
 View = Tuple[float, float]
 
+#: (elevation, azimuth) of the camera of 3D field plots: the box's front, top and right side in view
+DEFAULT_VIEW: View = (25.0, -60.0)
 _LEVELS = 32  # filled-contour bands in 2D: smooth to the eye, still showing iso-lines' shape
 
 
@@ -219,7 +221,7 @@ def plot_field(
     cmap: str = "viridis",
     vmin: Optional[float] = None,
     vmax: Optional[float] = None,
-    view: View = (25.0, -60.0),
+    view: View = DEFAULT_VIEW,
     max_points: Optional[int] = None,
     figsize: Optional[Tuple[float, float]] = None,
     dpi: int = 120,
@@ -289,7 +291,7 @@ def plot_field_comparison(
     units: Optional[str] = None,
     cmap: str = "viridis",
     error_cmap: str = "RdBu_r",
-    view: View = (25.0, -60.0),
+    view: View = DEFAULT_VIEW,
     max_points: Optional[int] = None,
     figsize: Optional[Tuple[float, float]] = None,
     dpi: int = 120,
