@@ -336,7 +336,7 @@ def plot_field_comparison(
     err_norm = Normalize(*_limits(e, symmetric=True))
     rel = float(np.linalg.norm(e) / max(np.linalg.norm(t), 1e-300))
     panels = [("truth", t, t_name, shared, cmap), ("prediction", p, p_name, shared, cmap),
-              (f"error (relative L2 {rel:.3g}, max |error| {np.abs(e).max():.3g})", e, e_name, err_norm, error_cmap)]
+              (f"error (relative L2 {rel:.3g}, max |error| {np.abs(e).max():.4g})", e, e_name, err_norm, error_cmap)]
 
     stacked = not geo.three_d and geo.aspect() > 1.6  # wide domains read better one above the other
     rows, cols = (3, 1) if stacked else (1, 3)
