@@ -117,12 +117,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _given(value) -> bool:
+    """Whether an option was given: not its default None / False (``--seed 0`` is given, though 0 == False)."""
+    return value is not None and value is not False
+
+
 def _run_field(args, src: Path, out: Path) -> int:
     """``--field`` / ``--compare``: read the mesh file and draw its point field(s)."""
     from meshshard.io import read_mesh
     from meshshard.viz import DEFAULT_VIEW, plot_field, plot_field_comparison, prediction_field_names
 
-    given = [flag for dest, flag in _PARTITION_ONLY if getattr(args, dest) not in (None, False)]
+    given = [flag for dest, flag in _PARTITION_ONLY if _given(getattr(args, dest))]
     if given:
         raise ValueError(f"{', '.join(given)}: only for a partition plot, not with --field / --compare")
     if src.is_dir():
