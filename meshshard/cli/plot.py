@@ -16,7 +16,7 @@ _SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 # options that only a partition plot uses (dest, flag): refused beside --field / --compare
 _PARTITION_ONLY = (("num_parts", "-k"), ("method", "-m"), ("seed", "--seed"), ("no_refine", "--no-refine"),
                    ("knn", "--knn"), ("mesh", "--mesh"), ("sample", "--sample"), ("no_ghosts", "--no-ghosts"),
-                   ("zoom", "--zoom"), ("no_zoom", "--no-zoom"))
+                   ("no_zoom", "--no-zoom"))
 _FIELD_ONLY = (("units", "--units"), ("view", "--view"))
 
 
@@ -43,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-ghosts", action="store_true", help="do not mark ghost nodes")
     zoom = parser.add_mutually_exclusive_group()
     zoom.add_argument("--zoom", type=float, nargs=4, metavar=("XMIN", "XMAX", "YMIN", "YMAX"),
-                      help="2D: the box of the zoom panel (default: automatic, around the finest cells)")
+                      help="2D: the box of the zoom panel (default: automatic, around the finest cells); with "
+                      "--field / --compare: the box drawn instead of the whole mesh")
     zoom.add_argument("--no-zoom", action="store_true", help="2D: no zoom panel")
     parser.add_argument("--dpi", type=int, default=120, help="resolution (default: 120)")
     fields = parser.add_argument_group("point fields of a mesh file (instead of a partition; e.g. the OUT/<sample>.vtu "
@@ -144,10 +145,11 @@ def _run_field(args, src: Path, out: Path) -> int:
                 pred, error = args.field, None
             elif parse_field(error)[0] not in mesh.point_data:
                 error = None
-            plot_field_comparison(mesh, args.compare, pred, error, path=out, units=args.units, view=view, dpi=args.dpi,
+            plot_field_comparison(mesh, args.compare, pred, error, path=out, units=args.units, view=view,
+                                  zoom=args.zoom, dpi=args.dpi,
                                   title=f"{src.name}: {args.compare}, prediction {pred} and error")
         else:
-            plot_field(mesh, args.field, path=out, units=args.units, view=view, dpi=args.dpi,
+            plot_field(mesh, args.field, path=out, units=args.units, view=view, zoom=args.zoom, dpi=args.dpi,
                        title=f"{src.name}: {args.field} ({mesh.num_nodes:,} nodes)")
         bar.update()
     print(f"wrote {out}")

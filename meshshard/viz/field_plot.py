@@ -17,8 +17,8 @@ import torch
 
 from meshshard.datasets.fields import parse_field, select_fields
 from meshshard.io import Mesh
-from meshshard.viz.partition_plot import (_MAX_FACES_3D, _MAX_POINTS_3D, PathLike, _fan_triangles, _frame_3d,
-                                          _light_direction, _marker_size, _marker_size_3d, _new_figure,
+from meshshard.viz.partition_plot import (_MAX_FACES_3D, _MAX_POINTS_3D, PathLike, _check_box, _fan_triangles,
+                                          _frame_3d, _light_direction, _marker_size, _marker_size_3d, _new_figure,
                                           _points_and_mesh, _save, _shade, _surface_faces)
 
 __all__ = ["field_values", "prediction_field_names", "plot_field", "plot_field_comparison", "DEFAULT_VIEW"]
@@ -107,10 +107,16 @@ def _limits(*arrays: np.ndarray, symmetric: bool = False) -> Tuple[float, float]
 class _Geometry:
     """What every panel of one mesh draws from, built once: 2D triangles or 3D surface faces."""
 
-    def __init__(self, mesh_or_points):
+    def __init__(self, mesh_or_points, zoom=None):
         self.points, mesh = _points_and_mesh(mesh_or_points)
         self.mesh = mesh if mesh is not None else Mesh.from_points(self.points)
         self.three_d = self.points.shape[1] == 3
+        if zoom is not None and self.three_d:
+            raise ValueError("zoom is a 2D box (xmin, xmax, ymin, ymax); a 3D mesh takes a view instead")
+        p = self.points
+        # the box shown: the whole mesh, or the zoom
+        self.box = _check_box(zoom) if zoom is not None else (p[:, 0].min(), p[:, 0].max(), p[:, 1].min(),
+                                                                 p[:, 1].max())
         has_cells = not self.mesh.is_point_cloud
         self.triangulation = None
         self.faces = None
@@ -125,10 +131,10 @@ class _Geometry:
                 self.faces = faces
 
     def aspect(self) -> float:
-        """Width / height of the 2D bounding box (1 for 3D)."""
+        """Width / height of the 2D box shown (1 for 3D)."""
         if self.three_d:
             return 1.0
-        w, h = np.ptp(self.points, axis=0)
+        w, h = self.box[1] - self.box[0], self.box[3] - self.box[2]
         return float(np.clip(w / max(h, 1e-300), 0.2, 5.0))
 
 
@@ -169,8 +175,8 @@ def _draw(ax, geo: _Geometry, values, norm, cmap, view: View, max_points: int, s
     if geo.three_d:
         _frame_3d(ax, p, *view, zoom=1.0)  # the colour bar, not another 3D panel, sits beside it
     else:
-        ax.set_xlim(p[:, 0].min(), p[:, 0].max())
-        ax.set_ylim(p[:, 1].min(), p[:, 1].max())
+        ax.set_xlim(geo.box[0], geo.box[1])
+        ax.set_ylim(geo.box[2], geo.box[3])
         ax.set_aspect("equal")
         ax.set_xlabel("x", fontsize=8)
         ax.set_ylabel("y", fontsize=8)
@@ -222,6 +228,7 @@ def plot_field(
     vmin: Optional[float] = None,
     vmax: Optional[float] = None,
     view: View = DEFAULT_VIEW,
+    zoom: Optional[Sequence[float]] = None,
     max_points: Optional[int] = None,
     figsize: Optional[Tuple[float, float]] = None,
     dpi: int = 120,
@@ -247,6 +254,8 @@ def plot_field(
         cmap: a matplotlib colormap name.
         vmin, vmax: colour limits (default: the data range).
         view: (elevation, azimuth) of the camera, 3D only.
+        zoom: 2D only: show the box ``(xmin, xmax, ymin, ymax)`` instead of the whole mesh (e.g. the
+            airfoil of a far-field mesh); the colour limits stay the whole field's.
         max_points: scatter at most about this many points (random, ``seed``); default 200,000
             in 2D, 50,000 in 3D.
         figsize, dpi: figure size in inches and resolution.
@@ -258,7 +267,7 @@ def plot_field(
     from matplotlib import colormaps
     from matplotlib.colors import Normalize
 
-    geo = _Geometry(mesh_or_points)
+    geo = _Geometry(mesh_or_points, zoom)
     v, name = _values(geo.mesh, values, label or "value")
     lo, hi = _limits(v)
     norm = Normalize(lo if vmin is None else vmin, hi if vmax is None else vmax)
@@ -292,6 +301,7 @@ def plot_field_comparison(
     cmap: str = "viridis",
     error_cmap: str = "RdBu_r",
     view: View = DEFAULT_VIEW,
+    zoom: Optional[Sequence[float]] = None,
     max_points: Optional[int] = None,
     figsize: Optional[Tuple[float, float]] = None,
     dpi: int = 120,
@@ -315,6 +325,7 @@ def plot_field_comparison(
         units: the fields' units, shown on every colour bar as ``[units]``.
         cmap: colormap of truth and prediction; ``error_cmap``: of the error (diverging).
         view: (elevation, azimuth) of the camera, 3D only.
+        zoom: 2D only: the box ``(xmin, xmax, ymin, ymax)`` every panel shows (see :func:`plot_field`).
         max_points: scatter at most about this many points (see :func:`plot_field`).
         figsize, dpi: figure size in inches and resolution.
         seed: the random subsample of points.
@@ -325,7 +336,7 @@ def plot_field_comparison(
     from matplotlib import colormaps
     from matplotlib.colors import Normalize
 
-    geo = _Geometry(mesh_or_points)
+    geo = _Geometry(mesh_or_points, zoom)
     t, t_name = _values(geo.mesh, truth, "truth")
     p, p_name = _values(geo.mesh, pred, "prediction")
     if error is None:

@@ -701,16 +701,20 @@ def _zoom_box(points, mesh, zoom, assignment, num_parts, edge_index) -> Optional
     if zoom is None:
         return None
     if not isinstance(zoom, str):
-        box = tuple(float(v) for v in zoom)
-        if len(box) != 4 or box[0] >= box[1] or box[2] >= box[3]:
-            raise ValueError(f"zoom must be (xmin, xmax, ymin, ymax) with min < max, got {zoom}")
-        return box
+        return _check_box(zoom)
     if zoom != "auto":
         raise ValueError(f"zoom must be 'auto', None or a box, got {zoom!r}")
     if points.shape[1] != 2:
         return None
     box = _cut_zoom_box(points, mesh, assignment, num_parts, edge_index)
     return box if box is not None else _fine_box(points, mesh)
+
+
+def _check_box(zoom) -> Box:
+    box = tuple(float(v) for v in zoom)
+    if len(box) != 4 or box[0] >= box[1] or box[2] >= box[3]:
+        raise ValueError(f"zoom must be (xmin, xmax, ymin, ymax) with min < max, got {zoom}")
+    return box
 
 
 def _mark_box(ax, box):

@@ -97,7 +97,7 @@ def predicted_vtu(data_dir, tmp_path):
 
 
 def test_plot_field_and_compare_draw(predicted_vtu, tmp_path, capsys):
-    for argv in (["--field", "pressure_pred", "--units", "Pa"], ["--compare", "pressure"]):
+    for argv in (["--field", "pressure_pred", "--units", "Pa"], ["--compare", "pressure", "--zoom", "1", "6", "-2", "2"]):
         png = tmp_path / "f.png"
         assert main(["plot", str(predicted_vtu), *argv, "-o", str(png), "--dpi", "40", "-q"]) == 0
         assert f"wrote {png}" in capsys.readouterr().out

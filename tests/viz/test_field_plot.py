@@ -42,6 +42,13 @@ def test_2d_filled_contours_with_data_range_limits(cylinder, tmp_path):
     # a point field of the mesh or an array of the same values draw alike
     fig2 = plot_field(cylinder, torch.from_numpy(p.astype(np.float64)), label="p", dpi=50)
     assert np.allclose(_bar_limits(fig2, "p"), (p.min(), p.max()))
+    # a zoom shows its box (in the box's proportions); the colour limits stay the whole field's
+    fig3 = plot_field(cylinder, "pressure", zoom=(1, 5, -1, 1), dpi=30)
+    ax = fig3.axes[0]
+    assert ax.get_xlim() == (1, 5) and ax.get_ylim() == (-1, 1)
+    assert np.allclose(_bar_limits(fig3, "pressure"), (p.min(), p.max()))
+    with pytest.raises(ValueError, match="min < max"):
+        plot_field(cylinder, "pressure", zoom=(5, 1, -1, 1))
 
 
 def test_comparison_shares_limits_and_centres_the_error(cylinder, tmp_path):
@@ -93,6 +100,8 @@ def test_3d_tet_mesh_surface(data_dir, tmp_path):
 
     with pytest.raises(ValueError, match="3D axes"):
         plot_field(mesh, "u[2]", ax=Figure().add_subplot())
+    with pytest.raises(ValueError, match="zoom is a 2D box"):
+        plot_field(mesh, "u[2]", zoom=(0, 1, 0, 1))
 
 
 @pytest.mark.parametrize("dim", [2, 3])
