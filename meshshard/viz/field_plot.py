@@ -117,18 +117,20 @@ class _Geometry:
         # the box shown: the whole mesh, or the zoom
         self.box = _check_box(zoom) if zoom is not None else (p[:, 0].min(), p[:, 0].max(), p[:, 1].min(),
                                                                  p[:, 1].max())
-        has_cells = not self.mesh.is_point_cloud
-        self.triangulation = None
-        self.faces = None
-        if not self.three_d and has_cells and self.mesh.topological_dim == 2:
+        self.triangulation = None  # 2D cells
+        self.faces = None  # 3D: the surface faces to draw
+        self.nodes = np.arange(len(p))  # else: the nodes to scatter
+        if not self.three_d and not self.mesh.is_point_cloud and self.mesh.topological_dim == 2:
             from matplotlib.tri import Triangulation
 
             tris, _ = _fan_triangles(self.mesh.cells, np.zeros(self.mesh.num_nodes, dtype=np.int64))
-            self.triangulation = Triangulation(self.points[:, 0], self.points[:, 1], tris)
+            self.triangulation = Triangulation(p[:, 0], p[:, 1], tris)
         elif self.three_d:
             faces = _surface_faces(self.mesh)
             if faces and sum(len(f) for f in faces) <= _MAX_FACES_3D:
                 self.faces = faces
+            elif faces:  # too many faces to draw one by one: the surface's nodes (the interior hides anyway)
+                self.nodes = np.unique(np.concatenate([f.reshape(-1) for f in faces]))
 
     def aspect(self) -> float:
         """Width / height of the 2D box shown (1 for 3D)."""
@@ -153,7 +155,7 @@ def _draw(ax, geo: _Geometry, values, norm, cmap, view: View, max_points: int, s
         levels = np.linspace(norm.vmin, norm.vmax, _LEVELS + 1)
         mappable = ax.tricontourf(geo.triangulation, values, levels=levels, cmap=cmap, norm=norm)
     elif not geo.three_d:
-        idx = _subsample(len(p), max_points, seed)
+        idx = geo.nodes[_subsample(len(geo.nodes), max_points, seed)]
         mappable = ax.scatter(p[idx, 0], p[idx, 1], c=values[idx], cmap=cmap, norm=norm, s=_marker_size(len(idx)),
                               linewidths=0, rasterized=True)
     elif geo.faces is not None:
@@ -165,10 +167,8 @@ def _draw(ax, geo: _Geometry, values, norm, cmap, view: View, max_points: int, s
             rgba = _shade(p, conn, cmap(norm(values[conn].mean(1))), light, ambient=0.75)
             ax.add_collection3d(Poly3DCollection(p[conn], facecolors=rgba, edgecolors="none", antialiased=False))
         mappable = ScalarMappable(norm=norm, cmap=cmap)
-    else:  # a point cloud, or a surface too large to draw face by face: its nodes
-        shown = np.unique(np.concatenate([f.reshape(-1) for f in _surface_faces(geo.mesh)])) \
-            if not geo.mesh.is_point_cloud else np.arange(len(p))
-        shown = shown[_subsample(len(shown), max_points, seed)]
+    else:
+        shown = geo.nodes[_subsample(len(geo.nodes), max_points, seed)]
         ax.computed_zorder = False
         mappable = ax.scatter(p[shown, 0], p[shown, 1], p[shown, 2], c=values[shown], cmap=cmap, norm=norm,
                               s=_marker_size_3d(len(shown)), linewidths=0, depthshade=False, rasterized=True)
@@ -189,7 +189,7 @@ def _colorbar(fig, mappable, ax, label: str, units: Optional[str], three_d: bool
 
     text = f"{label} [{units}]" if units else label
     # a 3D axes draws its z label outside its box: keep the bar clear of it
-    cb = fig.colorbar(mappable, ax=ax, label=text, shrink=0.7 if three_d else 0.9, pad=0.1 if three_d else 0.02,
+    cb = fig.colorbar(mappable, ax=ax, shrink=0.7 if three_d else 0.9, pad=0.1 if three_d else 0.02,
                       aspect=25)
     # round-number ticks (a contour plot's bar would tick its band edges: 885, 663, ...)
     lo, hi = mappable.get_clim()
@@ -198,7 +198,6 @@ def _colorbar(fig, mappable, ax, label: str, units: Optional[str], three_d: bool
     cb.set_ticks(ticks[(ticks >= lo - 1e-9 * span) & (ticks <= hi + 1e-9 * span)])  # outside ticks would widen the bar
     cb.ax.tick_params(labelsize=7)
     cb.set_label(text, fontsize=8)
-    return cb
 
 
 def _default_title(geo: _Geometry) -> str:

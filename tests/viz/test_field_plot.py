@@ -104,6 +104,17 @@ def test_3d_tet_mesh_surface(data_dir, tmp_path):
         plot_field(mesh, "u[2]", zoom=(0, 1, 0, 1))
 
 
+def test_3d_surface_too_large_for_faces_scatters_its_nodes(data_dir, monkeypatch):
+    import meshshard.viz.field_plot as field_plot
+
+    mesh = read_mesh(data_dir / "brick_tets.su2")
+    monkeypatch.setattr(field_plot, "_MAX_FACES_3D", 100)
+    fig = plot_field(mesh, mesh.points[:, 0], dpi=30)
+    (scatter,) = fig.axes[0].collections
+    on_surface = np.isclose(mesh.points, mesh.points.min(0)) | np.isclose(mesh.points, mesh.points.max(0))
+    assert len(scatter.get_array()) == on_surface.any(1).sum()  # the box's surface nodes, not its interior
+
+
 @pytest.mark.parametrize("dim", [2, 3])
 def test_point_cloud_scatter(data_dir, tmp_path, dim):
     pts = np.load(data_dir / "drivaer_body_points.npz")["points"][::25, :dim].astype(np.float64)
