@@ -99,8 +99,10 @@ def _write_vtu(mesh, path: Path, point_data) -> Path:
     from meshshard._fileutil import atomic_path
 
     pts = mesh.points if mesh.dim == 3 else np.concatenate([mesh.points, np.zeros((mesh.num_nodes, 1))], axis=1)
+    # a point cloud as one vertex cell per point: meshio cannot read back a .vtu without cells
+    cells = list(mesh.cells.items()) or [("vertex", np.arange(mesh.num_nodes)[:, None])]
     with atomic_path(path) as tmp:
-        meshio.write(tmp, meshio.Mesh(pts, list(mesh.cells.items()), point_data=point_data), file_format="vtu")
+        meshio.write(tmp, meshio.Mesh(pts, cells, point_data=point_data), file_format="vtu")
     return path
 
 
@@ -118,16 +120,18 @@ def _write_prediction(model, x, e, edge_index, stats, mesh, path: Path) -> dict:
     import torch
 
     from meshshard.datasets import select_fields
+    from meshshard.viz import prediction_field_names
 
     model.eval()
     with torch.no_grad():
         pred = stats.y.denormalize(model(x, edge_index, e)).double().numpy()
     fields, rel = dict(mesh.point_data), {}
-    for name in TARGETS:  # whole fields, one column each
+    for col, name in enumerate(TARGETS):  # whole fields, one column each
         truth = select_fields(mesh, [name])[:, 0]
-        fields[f"{name}_pred"] = pred[:, len(rel)]
-        fields[f"{name}_error"] = fields[f"{name}_pred"] - truth
-        rel[name] = float(np.linalg.norm(fields[f"{name}_error"]) / max(np.linalg.norm(truth), 1e-300))
+        pred_name, error_name = prediction_field_names(name)
+        fields[pred_name] = pred[:, col]
+        fields[error_name] = pred[:, col] - truth
+        rel[name] = float(np.linalg.norm(fields[error_name]) / max(np.linalg.norm(truth), 1e-300))
     _write_vtu(mesh, path, fields)
     return rel
 
@@ -267,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
 
         matplotlib.use("Agg")
         from meshshard.partitioners import Partition
-        from meshshard.viz import plot_field_comparison, plot_partition_summary
+        from meshshard.viz import plot_field_comparison, plot_partition_summary, prediction_field_names
 
         part = Partition.load(sample_dir / "partition.pt")
         png = out / "partition.png"
@@ -277,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
         prediction = read_mesh(vtu)
         png = out / "prediction.png"
         target = TARGETS[0]
-        plot_field_comparison(prediction, target, f"{target}_pred", f"{target}_error", path=png,
+        plot_field_comparison(prediction, target, *prediction_field_names(target), path=png,
                               title=f"{src.name}: {target} predicted by MeshGraphNet after {cfg['steps']} steps")
         print(f"prediction plot: {png}")
     except ImportError as exc:  # viz is optional for the comparison itself
