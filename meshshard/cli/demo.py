@@ -6,7 +6,11 @@ meshes a cylinder channel with gmsh and puts an analytic potential flow on it. I
 from velocity, sharded over 2 local gloo processes and in 1 process with the same initial weights,
 prints both loss curves side by side with their largest difference, and writes the partition plot.
 The sharded run wraps the model in ``DomainParallel`` (its backward hooks sum the gradients over
-ranks); both runs take their steps with :func:`meshshard.models.train_step`.
+ranks); both runs take their steps with :func:`meshshard.models.train_step`. Last, the trained
+weights (the single-process model's, equal to the sharded one's) predict pressure on the whole
+mesh: ``OUT/prediction.vtu`` holds ``pressure_pred`` and ``pressure_error`` (prediction - truth),
+named as ``meshshard predict`` names them, and ``OUT/prediction.png`` draws truth, prediction and
+error side by side.
 """
 from __future__ import annotations
 
@@ -87,20 +91,49 @@ def find_cfd_file(env: str | None = None, package_file: str | os.PathLike | None
     return None
 
 
-def _write_synthetic(out: Path, num_nodes: int) -> Path:
+def _write_vtu(mesh, path: Path, point_data) -> Path:
+    """``mesh``'s points and volume cells with ``point_data`` as a .vtu file (atomic)."""
     import meshio
     import numpy as np
 
     from meshshard._fileutil import atomic_path
+
+    pts = mesh.points if mesh.dim == 3 else np.concatenate([mesh.points, np.zeros((mesh.num_nodes, 1))], axis=1)
+    # a point cloud as one vertex cell per point: meshio cannot read back a .vtu without cells
+    cells = list(mesh.cells.items()) or [("vertex", np.arange(mesh.num_nodes)[:, None])]
+    with atomic_path(path) as tmp:
+        meshio.write(tmp, meshio.Mesh(pts, cells, point_data=point_data), file_format="vtu")
+    return path
+
+
+def _write_synthetic(out: Path, num_nodes: int) -> Path:
     from meshshard.datasets.synthetic import cylinder_channel_mesh
 
     mesh = cylinder_channel_mesh(num_nodes)
-    path = out / "cylinder_potential_flow.vtu"
-    pts = np.concatenate([mesh.points, np.zeros((mesh.num_nodes, 1))], axis=1)
-    with atomic_path(path) as tmp:
-        meshio.write(tmp, meshio.Mesh(pts, [("triangle", mesh.cells["triangle"])], point_data=mesh.point_data),
-                     file_format="vtu")
-    return path
+    return _write_vtu(mesh, out / "cylinder_potential_flow.vtu", mesh.point_data)
+
+
+def _write_prediction(model, x, e, edge_index, stats, mesh, path: Path) -> dict:
+    """Predict the targets on the whole mesh, write them as ``<target>_pred`` / ``<target>_error``
+    beside the mesh's own point fields; returns the relative L2 error per target."""
+    import numpy as np
+    import torch
+
+    from meshshard.datasets import select_fields
+    from meshshard.viz import prediction_field_names
+
+    model.eval()
+    with torch.no_grad():
+        pred = stats.y.denormalize(model(x, edge_index, e)).double().numpy()
+    fields, rel = dict(mesh.point_data), {}
+    for col, name in enumerate(TARGETS):  # whole fields, one column each
+        truth = select_fields(mesh, [name])[:, 0]
+        pred_name, error_name = prediction_field_names(name)
+        fields[pred_name] = pred[:, col]
+        fields[error_name] = pred[:, col] - truth
+        rel[name] = float(np.linalg.norm(fields[error_name]) / max(np.linalg.norm(truth), 1e-300))
+    _write_vtu(mesh, path, fields)
+    return rel
 
 
 def _train(model, x, e, y, steps, lr, edge_index=None, graph=None):
@@ -223,22 +256,35 @@ def run(args: argparse.Namespace) -> int:
     print("per rank: " + ", ".join(f"rank {i}: {r['owned']} owned + {r['ghost']} ghost nodes, {r['seconds']:.1f} s"
                                    for i, r in enumerate(ranks)) + f"; 1 process: {t_single:.1f} s")
 
-    # 4. The partition plot.
+    # 4. The trained model's prediction on the whole mesh.
+    from meshshard.io import read_mesh
+
+    mesh = read_mesh(src)
+    vtu = out / "prediction.vtu"
+    rel = _write_prediction(model, x, e, data.edge_index, ds.stats, mesh, vtu)
+    print(f"prediction: {vtu} ({', '.join(f'{t}_pred, {t}_error' for t in TARGETS)}; relative L2 error "
+          + ", ".join(f"{t} {r:.3g}" for t, r in rel.items()) + ")")
+
+    # 5. The partition plot and the prediction plot.
     try:
         import matplotlib
 
         matplotlib.use("Agg")
-        from meshshard.io import read_mesh
         from meshshard.partitioners import Partition
-        from meshshard.viz import plot_partition_summary
+        from meshshard.viz import plot_field_comparison, plot_partition_summary, prediction_field_names
 
-        mesh = read_mesh(src)
         part = Partition.load(sample_dir / "partition.pt")
         png = out / "partition.png"
         plot_partition_summary(mesh, part, edge_index=data.edge_index, quality=q or None, path=png,
                                title=f"{src.name}: {args.method} partition into {args.ranks} parts")
         print(f"partition plot: {png}")
+        prediction = read_mesh(vtu)
+        png = out / "prediction.png"
+        target = TARGETS[0]
+        plot_field_comparison(prediction, target, *prediction_field_names(target), path=png,
+                              title=f"{src.name}: {target} predicted by MeshGraphNet after {cfg['steps']} steps")
+        print(f"prediction plot: {png}")
     except ImportError as exc:  # viz is optional for the comparison itself
-        print(f"(no partition plot: {exc})")
+        print(f"(no plots: {exc})")
     print(f"done in {time.perf_counter() - t_start:.1f} s; shards in {root}")
     return 0

@@ -1,17 +1,23 @@
-"""``meshshard plot``: draw a partition (cells coloured by part, ghost nodes marked, part sizes)."""
+"""``meshshard plot``: draw a partition (cells coloured by part, ghost nodes marked, part sizes), or a
+point field of a mesh file (``--field``), or truth, prediction and error side by side (``--compare``)."""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
 from meshshard.cli._mesh_cmd import METHODS, load_mesh_and_graph, progress, run_partition
-from meshshard.datasets.fields import DEFAULT_KNN
+from meshshard.datasets.fields import DEFAULT_KNN, parse_field
 
-HELP = "draw a partition: cells coloured by part, ghost nodes marked, part sizes"
+HELP = "draw a partition (cells coloured by part, ghost nodes marked, part sizes) or a point field (--field, --compare)"
 
 __all__ = ["HELP", "add_arguments", "run"]
 
 _SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
+# options that only a partition plot uses (dest, flag): refused beside --field / --compare
+_PARTITION_ONLY = (("num_parts", "-k"), ("method", "-m"), ("seed", "--seed"), ("no_refine", "--no-refine"),
+                   ("knn", "--knn"), ("mesh", "--mesh"), ("sample", "--sample"), ("no_ghosts", "--no-ghosts"),
+                   ("no_zoom", "--no-zoom"))
+_FIELD_ONLY = (("units", "--units"), ("view", "--view"))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,26 +27,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser: the command's ``argparse`` parser.
     """
     parser.add_argument("source", metavar="MESH_OR_OUT", help="a mesh / point-cloud file (partitioned on the fly "
-                        "with -k/-m), a shard folder written by `meshshard partition`, or a dataset folder written "
-                        "by `meshshard preprocess` (see --sample)")
+                        "with -k/-m, or with --field/--compare its point fields drawn), a shard folder written by "
+                        "`meshshard partition`, or a dataset folder written by `meshshard preprocess` (see --sample)")
     parser.add_argument("-o", "--out", required=True, metavar="FILE", help="image to write (.png .pdf .svg .jpg)")
     parser.add_argument("-k", "--num-parts", type=int, metavar="N", help="parts, when MESH_OR_OUT is a mesh file")
-    parser.add_argument("-m", "--method", choices=METHODS, default="kdtree", help="partitioner for a mesh file "
-                        "(default: kdtree)")
-    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
+    parser.add_argument("-m", "--method", choices=METHODS, help="partitioner for a mesh file (default: kdtree)")
+    parser.add_argument("--seed", type=int, metavar="S", help="random seed (default: 0)")
     parser.add_argument("--no-refine", action="store_true", help="skip boundary refinement")
-    parser.add_argument("--knn", type=int, default=DEFAULT_KNN, metavar="K", help="neighbours per point for point "
+    parser.add_argument("--knn", type=int, metavar="K", help="neighbours per point for point "
                         f"clouds (default: {DEFAULT_KNN}; a shard folder uses the k it was made with)")
     parser.add_argument("--mesh", metavar="PATH", help="for a shard folder: the mesh file, when it moved since "
                         "partitioning (its sha256 must match meta.json)")
-    parser.add_argument("--sample", type=int, default=0, metavar="I", help="for a dataset folder: the sample to draw "
+    parser.add_argument("--sample", type=int, metavar="I", help="for a dataset folder: the sample to draw "
                         "(default: 0)")
     parser.add_argument("--no-ghosts", action="store_true", help="do not mark ghost nodes")
     zoom = parser.add_mutually_exclusive_group()
     zoom.add_argument("--zoom", type=float, nargs=4, metavar=("XMIN", "XMAX", "YMIN", "YMAX"),
-                      help="2D: the box of the zoom panel (default: automatic, around the finest cells)")
+                      help="2D: the box of the zoom panel (default: automatic, around the finest cells); with "
+                      "--field / --compare: the box drawn instead of the whole mesh")
     zoom.add_argument("--no-zoom", action="store_true", help="2D: no zoom panel")
     parser.add_argument("--dpi", type=int, default=120, help="resolution (default: 120)")
+    fields = parser.add_argument_group("point fields of a mesh file (instead of a partition; e.g. the OUT/<sample>.vtu "
+                                       "of `meshshard predict`)")
+    fields.add_argument("--field", metavar="NAME", help="draw this point field: 2D filled contours on the cells, 3D "
+                        "the boundary surface, point clouds coloured points; a vector field's magnitude, or one "
+                        "component as NAME[i] (e.g. velocity_pred[0]). With --compare: the prediction to compare")
+    fields.add_argument("--compare", metavar="TRUTH", help="draw TRUTH, its prediction TRUTH_pred (or --field) and "
+                        "the error (TRUTH_error when the file has it, else prediction - truth) side by side: truth "
+                        "and prediction share their colour limits, the error map is diverging and symmetric")
+    fields.add_argument("--units", help="the field's units, shown on the colour bars")
+    from meshshard.viz import DEFAULT_VIEW
+
+    fields.add_argument("--view", type=float, nargs=2, metavar=("ELEV", "AZIM"),
+                        help=f"3D: camera elevation and azimuth in degrees (default: {DEFAULT_VIEW[0]:g} "
+                        f"{DEFAULT_VIEW[1]:g})")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,14 +82,20 @@ def run(args: argparse.Namespace) -> int:
     src = Path(args.source)
     if not src.exists():
         raise FileNotFoundError(f"{src} not found (expected a mesh file or a shard folder)")
+    if args.field is not None or args.compare is not None:
+        return _run_field(args, src, out)
+    given = [flag for dest, flag in _FIELD_ONLY if getattr(args, dest) is not None]
+    if given:
+        raise ValueError(f"{', '.join(given)}: only with --field / --compare")
 
     from meshshard.datasets import is_dataset_dir, read_dataset_meta
 
     if src.is_dir() and is_dataset_dir(src):
         samples = read_dataset_meta(src)["samples"]
-        if not -len(samples) <= args.sample < len(samples):
-            raise ValueError(f"--sample {args.sample}: {src} has {len(samples)} sample(s)")
-        src = src / samples[args.sample]["dir"]
+        sample = args.sample if args.sample is not None else 0
+        if not -len(samples) <= sample < len(samples):
+            raise ValueError(f"--sample {sample}: {src} has {len(samples)} sample(s)")
+        src = src / samples[sample]["dir"]
 
     with progress(4, "meshshard plot", not args.quiet) as bar:
         if src.is_dir():
@@ -77,15 +103,54 @@ def run(args: argparse.Namespace) -> int:
         else:
             if args.num_parts is None:
                 raise ValueError("plotting a mesh file needs -k/--num-parts (or pass a shard folder)")
-            mesh, edge_index, _ = load_mesh_and_graph(src, args.knn, bar)
-            part = run_partition(mesh, edge_index, args.num_parts, args.method, args.seed, not args.no_refine, bar)
+            mesh, edge_index, _ = load_mesh_and_graph(src, DEFAULT_KNN if args.knn is None else args.knn, bar)
+            part = run_partition(mesh, edge_index, args.num_parts, args.method or "kdtree",
+                                 0 if args.seed is None else args.seed, not args.no_refine, bar)
             quality = _quality(part, edge_index)
         bar.set_postfix_str(f"drawing {out.name}")
         zoom = None if args.no_zoom else (tuple(args.zoom) if args.zoom else "auto")
         name = mesh.source.name if mesh.source is not None else src.name
-        title = f"{name}: {mesh.num_nodes:,} nodes, {part.num_parts} parts ({part.method or args.method})"
+        title = f"{name}: {mesh.num_nodes:,} nodes, {part.num_parts} parts ({part.method or args.method or 'kdtree'})"
         plot_partition_summary(mesh, part, edge_index=edge_index, quality=quality, path=out, title=title,
                                show_ghosts=not args.no_ghosts, zoom=zoom, dpi=args.dpi)
+        bar.update()
+    print(f"wrote {out}")
+    return 0
+
+
+def _given(value) -> bool:
+    """Whether an option was given: not its default None / False (``--seed 0`` is given, though 0 == False)."""
+    return value is not None and value is not False
+
+
+def _run_field(args, src: Path, out: Path) -> int:
+    """``--field`` / ``--compare``: read the mesh file and draw its point field(s)."""
+    from meshshard.io import read_mesh
+    from meshshard.viz import DEFAULT_VIEW, plot_field, plot_field_comparison, prediction_field_names
+
+    given = [flag for dest, flag in _PARTITION_ONLY if _given(getattr(args, dest))]
+    if given:
+        raise ValueError(f"{', '.join(given)}: only for a partition plot, not with --field / --compare")
+    if src.is_dir():
+        raise ValueError(f"--field / --compare draw the point fields of a mesh file; {src} is a folder")
+    view = tuple(args.view) if args.view is not None else DEFAULT_VIEW
+    with progress(2, "meshshard plot", not args.quiet) as bar:
+        bar.set_postfix_str(f"reading {src.name}")
+        mesh = read_mesh(src)
+        bar.update()
+        bar.set_postfix_str(f"drawing {out.name}")
+        if args.compare is not None:
+            pred, error = prediction_field_names(args.compare)
+            if args.field is not None:  # another prediction: the file's error field belongs to the default one
+                pred, error = args.field, None
+            elif parse_field(error)[0] not in mesh.point_data:
+                error = None
+            plot_field_comparison(mesh, args.compare, pred, error, path=out, units=args.units, view=view,
+                                  zoom=args.zoom, dpi=args.dpi,
+                                  title=f"{src.name}: {args.compare}, prediction {pred} and error")
+        else:
+            plot_field(mesh, args.field, path=out, units=args.units, view=view, zoom=args.zoom, dpi=args.dpi,
+                       title=f"{src.name}: {args.field} ({mesh.num_nodes:,} nodes)")
         bar.update()
     print(f"wrote {out}")
     return 0
@@ -119,7 +184,8 @@ def _from_shards(folder: Path, args, bar):
         raise FileNotFoundError(f"{part_file} missing")
     if meta["files"].get("partition.pt") != sha256_file(part_file):
         raise ValueError(f"{part_file}: sha256 mismatch (corrupt or changed after writing)")
-    knn = int(meta.get("knn_k") or (meta.get("settings") or {}).get("knn") or args.knn)
+    knn = int(meta.get("knn_k") or (meta.get("settings") or {}).get("knn")
+              or (DEFAULT_KNN if args.knn is None else args.knn))
     mesh, edge_index, _ = load_mesh_and_graph(mesh_path, knn, bar)
     try:
         part = Partition.load(part_file)

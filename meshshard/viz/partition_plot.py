@@ -432,14 +432,20 @@ def _light_direction(elev, azim) -> np.ndarray:
     return np.array([np.cos(e) * np.cos(a), np.cos(e) * np.sin(a), np.sin(e)])
 
 
-def _face_colors(points, conn, assignment, ghosts, colors, light) -> np.ndarray:
-    """RGBA [F, 4] per face: its part's colour, shaded by how squarely it faces the light (two-sided:
-    extracted faces have no consistent orientation), darker at ghost nodes."""
+def _shade(points, conn, rgba, light, ambient=0.5) -> np.ndarray:
+    """``rgba`` [F, 4] of faces ``conn`` scaled by how squarely each faces the light (two-sided:
+    extracted faces have no consistent orientation), never below ``ambient``."""
     p = points[conn[:, :3]]
     normal = np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
     normal /= np.maximum(np.linalg.norm(normal, axis=1, keepdims=True), 1e-300)
-    out = colors[_majority_part(conn, assignment)]
-    out[:, :3] *= (0.5 + 0.5 * np.abs(normal @ light))[:, None]
+    out = rgba.copy()
+    out[:, :3] *= (ambient + (1.0 - ambient) * np.abs(normal @ light))[:, None]
+    return out
+
+
+def _face_colors(points, conn, assignment, ghosts, colors, light) -> np.ndarray:
+    """RGBA [F, 4] per face: its part's colour, shaded (:func:`_shade`), darker at ghost nodes."""
+    out = _shade(points, conn, colors[_majority_part(conn, assignment)], light)
     if ghosts is not None:
         at_ghost = ghosts[conn].any(1)
         out[at_ghost] = _darken(out[at_ghost])
@@ -484,11 +490,17 @@ def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_po
             if len(g):
                 ax.scatter(points[g, 0], points[g, 1], points[g, 2], c="k", s=max(1.5, 2.5 * size),
                            linewidths=0, depthshade=False, rasterized=True, zorder=2)
+    _frame_3d(ax, points, elev, azim)
+
+
+def _frame_3d(ax, points, elev, azim, zoom=0.8):
+    """Axes limits at the points' bounding box, true proportions, the camera, small axis labels;
+    ``zoom`` below 1 leaves room for the z label beside a neighbouring panel."""
     lo, hi = points.min(0), points.max(0)
     ax.set_xlim(lo[0], hi[0])
     ax.set_ylim(lo[1], hi[1])
     ax.set_zlim(lo[2], hi[2])
-    ax.set_box_aspect(tuple(np.maximum(hi - lo, 1e-3 * max(hi - lo))), zoom=0.8)  # room for the z label
+    ax.set_box_aspect(tuple(np.maximum(hi - lo, 1e-3 * max(hi - lo))), zoom=zoom)
     ax.view_init(elev=elev, azim=azim)
     ax.set_xlabel("x", labelpad=0)
     ax.set_ylabel("y", labelpad=0)
@@ -689,16 +701,20 @@ def _zoom_box(points, mesh, zoom, assignment, num_parts, edge_index) -> Optional
     if zoom is None:
         return None
     if not isinstance(zoom, str):
-        box = tuple(float(v) for v in zoom)
-        if len(box) != 4 or box[0] >= box[1] or box[2] >= box[3]:
-            raise ValueError(f"zoom must be (xmin, xmax, ymin, ymax) with min < max, got {zoom}")
-        return box
+        return _check_box(zoom)
     if zoom != "auto":
         raise ValueError(f"zoom must be 'auto', None or a box, got {zoom!r}")
     if points.shape[1] != 2:
         return None
     box = _cut_zoom_box(points, mesh, assignment, num_parts, edge_index)
     return box if box is not None else _fine_box(points, mesh)
+
+
+def _check_box(zoom) -> Box:
+    box = tuple(float(v) for v in zoom)
+    if len(box) != 4 or box[0] >= box[1] or box[2] >= box[3]:
+        raise ValueError(f"zoom must be (xmin, xmax, ymin, ymax) with min < max, got {zoom}")
+    return box
 
 
 def _mark_box(ax, box):

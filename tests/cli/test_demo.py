@@ -1,6 +1,7 @@
 """`meshshard demo --quick`: sharded (2 gloo processes) and single-process loss curves agree."""
 import re
 
+import numpy as np
 import pytest
 
 from meshshard.cli import main
@@ -15,6 +16,24 @@ def _check_output(text, steps):
     m = re.search(r"largest loss difference: ([0-9.e+-]+) \(relative ([0-9.e+-]+)\)", text)
     assert m and float(m.group(2)) < 1e-10, text
     assert single[-1] < single[0], "training did not lower the loss"
+    return single
+
+
+def _check_prediction(out_dir, text, first_loss):
+    """OUT/prediction.vtu holds the trained model's pressure and its error; OUT/prediction.png draws them."""
+    import meshio
+
+    vtu, png = out_dir / "prediction.vtu", out_dir / "prediction.png"
+    assert f"prediction: {vtu} (pressure_pred, pressure_error; relative L2 error pressure " in text, text
+    assert f"prediction plot: {png}" in text and png.stat().st_size > 10_000
+    m = meshio.read(vtu)
+    truth, pred, err = (np.asarray(m.point_data[k], dtype=np.float64)
+                        for k in ("pressure", "pressure_pred", "pressure_error"))
+    assert np.allclose(err, pred - truth, rtol=0, atol=1e-9 * np.abs(truth).max())
+    # the trained weights, de-normalised: the (normalised) MSE is below the untrained model's first loss
+    assert np.mean(err ** 2) / np.var(truth) < first_loss
+    rel = float(re.search(r"relative L2 error pressure ([0-9.e+-]+)\)", text).group(1))
+    assert np.isclose(rel, np.linalg.norm(err) / np.linalg.norm(truth), rtol=1e-2)
 
 
 @pytest.mark.timeout(240)
@@ -24,8 +43,9 @@ def test_demo_quick_on_the_cfd_mesh(tmp_path, data_dir, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "cylinder_crossflow_re35.vtu (CFD solution)" in out
     assert "hidden=16, layers=2" in out and "5 steps" in out
-    _check_output(out, 5)
+    single = _check_output(out, 5)
     assert (tmp_path / "partition.png").stat().st_size > 10_000
+    _check_prediction(tmp_path, out, single[0])
 
 
 @pytest.mark.timeout(240)
@@ -39,8 +59,9 @@ def test_demo_without_the_data_file_meshes_with_gmsh(tmp_path, capsys, monkeypat
     out = capsys.readouterr().out
     assert "meshing a cylinder channel with gmsh" in out and "(gmsh cylinder channel" in out
     assert (tmp_path / "cylinder_potential_flow.vtu").exists()
-    _check_output(out, 3)
+    single = _check_output(out, 3)
     assert (tmp_path / "partition.png").stat().st_size > 10_000
+    _check_prediction(tmp_path, out, single[0])
 
 
 def test_demo_synthetic_flag_skips_the_data_file(tmp_path, data_dir, monkeypatch):
@@ -82,3 +103,20 @@ def test_demo_finds_the_data_file(tmp_path, monkeypatch):
     # MESHSHARD_DATA: a folder or the file itself
     assert find_cfd_file(env=str(data), package_file=site, cwd=elsewhere) == data / DATA_FILE
     assert find_cfd_file(env=str(data / DATA_FILE), package_file=site, cwd=elsewhere) == data / DATA_FILE
+
+
+def test_demo_vtu_writer_keeps_cells_points_and_fields(tmp_path, data_dir):
+    """What the demo writes (the gmsh fallback's mesh, prediction.vtu) reads back as the same mesh,
+    a 2D mesh with its zero z dropped, a point cloud as a point cloud."""
+    from meshshard.cli.demo import _write_vtu
+    from meshshard.io import Mesh, read_mesh
+
+    mesh = read_mesh(data_dir / "cylinder_crossflow_re35.vtu")
+    back = read_mesh(_write_vtu(mesh, tmp_path / "m.vtu", {"p_pred": mesh.point_data["pressure"] * 2}))
+    assert np.array_equal(back.points, mesh.points) and back.cells.keys() == mesh.cells.keys()
+    assert all(np.array_equal(back.cells[t], c) for t, c in mesh.cells.items())
+    assert np.array_equal(back.point_data["p_pred"], mesh.point_data["pressure"] * 2)
+    cloud = Mesh.from_points(np.random.default_rng(0).random((50, 3)))
+    back = read_mesh(_write_vtu(cloud, tmp_path / "c.vtu", {"a": np.arange(50.0)}))
+    assert back.is_point_cloud and np.array_equal(back.points, cloud.points)
+    assert np.array_equal(back.point_data["a"], np.arange(50.0))

@@ -80,3 +80,65 @@ def test_plot_help(capsys):
     with pytest.raises(SystemExit) as e:
         main(["plot", "--help"])
     assert e.value.code == 0 and "MESH_OR_OUT" in capsys.readouterr().out
+
+
+@pytest.fixture()
+def predicted_vtu(data_dir, tmp_path):
+    """The cylinder CFD solution with a made-up prediction and its error, as `meshshard predict` names them."""
+    import meshio
+
+    m = meshio.read(data_dir / "cylinder_crossflow_re35.vtu")
+    p = m.point_data["pressure"].astype(np.float64)
+    m.point_data["pressure_pred"] = p + 30.0 * np.sin(m.points[:, 0])
+    m.point_data["pressure_error"] = m.point_data["pressure_pred"] - p
+    path = tmp_path / "cyl.vtu"
+    meshio.write(path, m)
+    return path
+
+
+def test_plot_field_and_compare_draw(predicted_vtu, tmp_path, capsys):
+    for argv in (["--field", "pressure_pred", "--units", "Pa"], ["--compare", "pressure", "--zoom", "1", "6", "-2", "2"]):
+        png = tmp_path / "f.png"
+        assert main(["plot", str(predicted_vtu), *argv, "-o", str(png), "--dpi", "40", "-q"]) == 0
+        assert f"wrote {png}" in capsys.readouterr().out
+        assert png.stat().st_size > 5_000
+        png.unlink()
+
+
+def test_plot_compare_picks_prediction_and_error_fields(predicted_vtu, tmp_path, monkeypatch):
+    """--compare TRUTH takes TRUTH_pred and the file's TRUTH_error; --field names another prediction
+    (then the error is recomputed); a file without TRUTH_error gets pred - truth."""
+    import meshio
+
+    import meshshard.viz
+
+    calls = []
+    monkeypatch.setattr(meshshard.viz, "plot_field_comparison", lambda mesh, t, p, e, **kw: calls.append((t, p, e)))
+    png = str(tmp_path / "c.png")
+    assert main(["plot", str(predicted_vtu), "--compare", "pressure", "-o", png, "-q"]) == 0
+    assert main(["plot", str(predicted_vtu), "--compare", "pressure", "--field", "vorticity_mag", "-o", png, "-q"]) == 0
+    m = meshio.read(predicted_vtu)
+    del m.point_data["pressure_error"]
+    meshio.write(predicted_vtu, m)
+    assert main(["plot", str(predicted_vtu), "--compare", "velocity[0]", "-o", png, "-q"]) == 0
+    assert calls == [("pressure", "pressure_pred", "pressure_error"), ("pressure", "vorticity_mag", None),
+                     ("velocity[0]", "velocity_pred[0]", None)]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--field", "nope"], "cyl.vtu; available: ['pressure', 'pressure_error', 'pressure_pred', 'velocity', 'vort"),
+    (["--field", "velocity[5]"], "has 3 components"),
+    (["--compare", "pressure", "-k", "2", "--no-zoom"], "-k, --no-zoom: only for a partition plot"),
+    (["--field", "pressure", "--sample", "0"], "--sample: only for a partition plot"),
+    (["-k", "2", "--units", "Pa"], "--units: only with --field / --compare"),
+    (["--compare", "velocity"], "'velocity_pred' not found"),
+])
+def test_plot_field_bad_input(predicted_vtu, tmp_path, capsys, argv, needle):
+    assert main(["plot", str(predicted_vtu), *argv, "-o", str(tmp_path / "a.png"), "-q"]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_plot_field_of_a_folder_is_refused(tmp_path, capsys):
+    assert main(["plot", str(tmp_path), "--field", "pressure", "-o", str(tmp_path / "a.png"), "-q"]) == 2
+    assert "is a folder" in capsys.readouterr().err
