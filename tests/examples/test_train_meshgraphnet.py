@@ -98,7 +98,7 @@ def three_samples(tmp_path_factory):
 
 # (domain size, samples per data group per step, amp): with 3 samples, domain size 1 leaves data
 # group 3 without a sample at every step, domain size 2 with batch 1 leaves group 1 without one at
-# step 1 (steps {0, 1}, {2}, {0, 1}), batches of 2 accumulate under no_sync.
+# step 1 (steps {0, 1}, {2}), batches of 2 accumulate under no_sync.
 DXD_RUNS = [(1, 1, "none"), (2, 1, "none"), (2, 2, "none"), (4, 2, "none"), (2, 1, "bf16")]
 
 
@@ -106,7 +106,7 @@ def _data_x_domain(rank, world, roots):
     from meshshard.distributed import CollectiveMismatchError
 
     example = _load_example()
-    common = ["--hidden", "8", "--layers", "2", "--mlp-layers", "1", "--steps", "3", "--lr", "1e-3", "--check"]
+    common = ["--hidden", "8", "--layers", "2", "--mlp-layers", "1", "--steps", "2", "--lr", "1e-3", "--check"]
     results = []
     for domain, batch, amp in DXD_RUNS:
         args = example.parse_args(["--data", str(roots[domain]), "--domain-size", str(domain), "--batch-size",
@@ -133,7 +133,7 @@ def test_data_x_domain_four_ranks_match_one_process(three_samples):
         assert len({r["loss"] for r in ranks}) == 1, what  # every rank reports the same loss
         ref = ranks[0]
         tol = example.TOLERANCE["bf16" if amp == "bf16" else "float64"]
-        assert ref["checked"] == [0, 1, 2] and ref["failed"] == [], (what, ref)
+        assert ref["checked"] == [0, 1] and ref["failed"] == [], (what, ref)
         assert ref["worst"]["loss"] <= tol["loss"] and ref["worst"]["grad"] <= tol["grad"], (what, ref)
         if amp == "bf16":
             assert ref["worst"]["grad"] > 1e-4, (what, ref)
