@@ -179,6 +179,7 @@ def example(monkeypatch):
 def test_check_failure_exits_non_zero(one_part_data, example, monkeypatch, capsys):
     """A tolerance no difference can meet makes every step FAIL and the exit status 1."""
     assert example.TOLERANCE["float32"] == {"loss": 1e-5, "grad": 1e-4}  # as the README and --help state
+    assert example.TOLERANCE["bf16"] == {"loss": 5e-3, "grad": 0.5}
     monkeypatch.setitem(example.TOLERANCE, "float32", {"loss": -1.0, "grad": -1.0})
     code = example.main(["--data", str(one_part_data), "--hidden", "8", "--layers", "1", "--steps", "2", "--check"])
     out = capsys.readouterr().out
