@@ -340,7 +340,8 @@ class DomainParallel(nn.Module):
     Raises:
         ValueError: a layer no rank can compute exactly (``ChebConv``, ``DynamicEdgeConv``,
             ``GravNetConv``, ``DirGNNConv``, ``flow="target_to_source"``; at call time also
-            BatchNorm in training mode and graph-wide norms such as ``GraphNorm``).
+            BatchNorm in training mode and graph-wide norms such as ``GraphNorm``); a 2-D mesh
+            without a ``"domain"`` dim or not holding every rank.
         CollectiveMismatchError: (every rank) parameters or buffers differ across ranks, naming
             the first one.
 
