@@ -2,24 +2,41 @@
 
     meshshard preprocess cases/*.vtu -k 2 -o data --features "velocity[0,1]" --targets pressure
     torchrun --nproc-per-node 2 examples/train_meshgraphnet.py --data data --steps 100
+    torchrun --nproc-per-node 8 examples/train_meshgraphnet.py --data data --domain-size 2 --batch-size 2
 
 The loop reads like single-process PyG code: the model is ``meshshard.DomainParallel(MeshGraphNet(...))``,
 the dataset's ``x`` and ``y`` are ShardTensors of each rank's owned rows, ``F.mse_loss(pred, y)`` is the
 loss of the whole mesh, and ``loss.backward(); opt.step()`` keeps the replicas equal (DomainParallel's
 backward hooks sum the gradients over ranks). CPU runs use gloo, GPU runs (``--device cuda``, one GPU
-per rank) NCCL. Each rank reads only its own part of every sample. Rank 0 shows a progress bar with
-the loss of the whole mesh and writes checkpoints atomically (``--save``: the inner MeshGraphNet's
-state dict ``model.module.state_dict()``, optimizer, step and RNG state, so ``--resume`` continues
-with exactly the losses an uninterrupted run has). ``--check`` also runs a
-single-process reference on the whole mesh on rank 0: at every step it takes the sharded model's
-current weights, computes the loss and every parameter gradient on the whole mesh, prints one line
-per step with both differences and a pass/fail verdict against the tolerances below, and exits
-with status 1 if any step fails (each step's sharding error is measured on its own, not float32
-rounding amplified by many optimizer steps; ``meshshard demo`` compares whole loss curves).
+per rank) NCCL. Each rank reads only its own part of its own samples.
+
+Data x domain parallel: ``--domain-size S`` puts the N ranks on a 2-D ``("data", "domain")`` mesh of
+N/S data groups of S ranks (the dataset must be preprocessed into S parts). The S ranks of a group
+share one sample (domain parallel); the groups take different samples (data parallel). Each step
+takes the next N/S x ``--batch-size`` samples in order (an epoch's last step takes what is left,
+possibly fewer) and sample i goes to data group i % (N/S), so a group always meets the same samples.
+Every sample's loss is scaled by 1 / (samples in the step) and the gradients are summed over all N
+ranks: the step's gradient is that of the mean loss over its samples. A group with no sample in a
+short step joins the gradient reduction with zeros. ``--domain-size N`` (the default) is plain domain
+parallel, ``--domain-size 1`` plain data parallel.
+
+``--amp bf16`` runs the forward pass under ``torch.autocast`` in bfloat16 (CPU and CUDA) and the
+loss in float32 (as autocast computes ``mse_loss``); parameters, gradients and the optimizer stay float32.
+
+Rank 0 shows a progress bar with the step's loss and writes checkpoints atomically (``--save``: the
+inner MeshGraphNet's state dict ``model.module.state_dict()``, optimizer, step and RNG state, so
+``--resume`` continues with exactly the losses an uninterrupted run has). ``--check`` also runs a
+single-process reference on the whole meshes on rank 0: at every step it takes the sharded model's
+current weights, computes the mean loss of the step's samples and every parameter gradient, prints
+one line per step with both differences and a pass/fail verdict against the tolerances below, and
+exits with status 1 if any step fails (each step's sharding error is measured on its own, not
+rounding amplified by many optimizer steps; ``meshshard demo`` compares whole loss curves). With
+``--amp bf16`` the reference is float32 without autocast, so the check measures bfloat16's error.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import time
@@ -48,46 +65,98 @@ def parse_args(argv=None):
     p.add_argument("--check", action="store_true",
                    help="compare with a single-process reference on rank 0 (loss and gradients every step, "
                         "at the same weights); prints pass/fail per step and exits 1 on a failure "
-                        "(tolerances: float32 loss 1e-5, gradients 1e-4; float64 both 1e-10, relative)")
+                        "(tolerances: float32 loss 1e-5, gradients 1e-4; float64 both 1e-10, relative; "
+                        "--amp bf16 against float32: loss 5e-3, gradients 0.5)")
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args(argv)
+    p.add_argument("--domain-size", type=int, default=None,
+                   help="ranks sharing one sample (= the dataset's parts; must divide the world size); the "
+                        "world size / domain size groups take different samples. Default: every rank")
+    p.add_argument("--batch-size", type=int, default=1, help="samples per data group per step")
+    p.add_argument("--amp", default="none", choices=["none", "bf16"],
+                   help="bf16: forward pass under torch.autocast in bfloat16, loss in float32 (needs --dtype float32)")
+    args = p.parse_args(argv)
+    if args.batch_size < 1:
+        p.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.domain_size is not None and args.domain_size < 1:
+        p.error(f"--domain-size must be >= 1, got {args.domain_size}")
+    if args.amp == "bf16" and args.dtype != "float32":
+        p.error("--amp bf16 needs --dtype float32 (autocast leaves float64 operations in float64)")
+    return args
 
 
 # --check tolerances: relative difference of the loss, and largest gradient difference relative
 # to the largest reference gradient. float32: sums over ranks round differently from one process
 # (about 1e-7 per operation, grown through the layers; on cyl_data with 2 ranks the gradients
 # differed by up to 3.6e-6 at hidden 32 / 4 layers and 2.6e-6 at the defaults); float64 leaves
-# only that rounding at 1e-16.
-TOLERANCE = {"float32": {"loss": 1e-5, "grad": 1e-4}, "float64": {"loss": 1e-10, "grad": 1e-10}}
+# only that rounding at 1e-16. bf16 (--amp, against the float32 reference): bfloat16 keeps 8
+# significant bits, and the gradients of the LayerNorm weights, sums over every edge of bf16
+# products, differ from float32 by up to their own size. Measured: on cyl_data (2 ranks, hidden 32,
+# 4 layers, 10 steps) loss <= 6.9e-4 and gradients <= 0.17, the same as bf16 in one process
+# (0.17); hidden 128 / 15 layers on 470-882-node meshes in one process, loss <= 6.5e-4 and
+# gradients <= 4.0e-2. So the bf16 check catches gross errors (a lost or doubled reduction moves
+# gradients by ~1), not sharding rounding: float64 shows exactness.
+TOLERANCE = {"float32": {"loss": 1e-5, "grad": 1e-4}, "float64": {"loss": 1e-10, "grad": 1e-10},
+             "bf16": {"loss": 5e-3, "grad": 0.5}}
 
 
 def flat_grads(model):
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def step_samples(step: int, num_samples: int, groups: int, batch: int) -> range:
+    """Indices of the samples that optimizer step ``step`` takes: the next ``groups * batch`` in
+    order, and at the end of an epoch what is left (sample ``i`` goes to data group ``i % groups``)."""
+    per_step = groups * batch
+    k = step % math.ceil(num_samples / per_step)
+    return range(k * per_step, min((k + 1) * per_step, num_samples))
+
+
+def _use_cuda(args) -> bool:
+    return args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+
+
+def train(args) -> dict:
+    """Train in the running process group (or one process) as ``args`` say.
+
+    Args:
+        args: the parsed command line (:func:`parse_args`).
+
+    Returns:
+        ``{"loss": the last step's loss, "failed": steps whose --check failed, "worst": largest
+        --check differences {"loss", "grad"}, "checked": steps checked}`` (the check on rank 0 only).
+    """
     import torch.nn.functional as F
     from tqdm.auto import tqdm
 
     import meshshard as ms
     from meshshard._fileutil import atomic_torch_save
     from meshshard.datasets import MeshDataset, ShardedMeshDataset, model_inputs
-    from meshshard.distributed import barrier, get_backend
+    from meshshard.distributed import all_reduce, barrier, get_backend, init_device_mesh
     from meshshard.models import MeshGraphNet, training_checkpoint
 
-    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    rank, world = ms.init_distributed(backend="nccl" if use_cuda else "gloo")
+    use_cuda = _use_cuda(args)
+    rank, world = ms.get_rank(), ms.get_world_size()
     device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
     dtype = getattr(torch, args.dtype)
+    domain = args.domain_size or world
+    if world % domain:
+        raise ValueError(f"--domain-size {domain} does not divide the {world} ranks; use a divisor of {world}")
+    groups = world // domain
+    if groups == 1:  # domain parallel only (and one process without a group): the world is the domain group
+        mesh = domain_group = data_group = None
+        data_rank = 0
+    else:
+        mesh = init_device_mesh(device.type, (groups, domain), mesh_dim_names=("data", "domain"))
+        domain_group, data_group = mesh.get_group("domain"), mesh.get_group("data")
+        data_rank = mesh.get_local_rank("data")
     torch.manual_seed(args.seed)
 
-    ds = ShardedMeshDataset(args.data, dtype=dtype)
+    ds = ShardedMeshDataset(args.data, group=domain_group, dtype=dtype)
     net = MeshGraphNet(ds.num_node_features, ds.num_edge_features, ds.num_targets, hidden=args.hidden,
                        num_layers=args.layers, mlp_layers=args.mlp_layers,
                        checkpoint=args.activation_checkpointing).to(device=device, dtype=dtype)
     net.broadcast_parameters(src=0)  # replicas start equal (DomainParallel checks it)
-    model = ms.DomainParallel(net, exchange=args.exchange)
+    model = ms.DomainParallel(net, mesh=mesh, exchange=args.exchange)  # 2-D mesh: gradients summed over all ranks
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     start = 0
     if args.resume and args.save and Path(args.save).exists():
@@ -96,17 +165,20 @@ def main(argv=None) -> int:
         opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"].cpu())
         start = int(state["step"])
+    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if args.amp == "bf16" \
+        else contextlib.nullcontext
     if rank == 0:
-        print(f"{ds} | backend {get_backend() or 'none (1 process)'} on {device} | MeshGraphNet hidden={args.hidden} "
-              f"layers={args.layers} | {sum(p.numel() for p in model.parameters())} parameters | steps {start}..{args.steps}",
-              flush=True)
+        print(f"{ds} | backend {get_backend() or 'none (1 process)'} on {device} | {groups} data group(s) x "
+              f"{domain} domain rank(s), {args.batch_size} sample(s) per group per step | MeshGraphNet "
+              f"hidden={args.hidden} layers={args.layers} | {sum(p.numel() for p in model.parameters())} parameters"
+              f"{' | amp bf16' if args.amp == 'bf16' else ''} | steps {start}..{args.steps}", flush=True)
 
-    # Sharded samples (this rank's part only), moved to the device once.
-    samples = []
-    for i in range(len(ds)):
+    # This group's samples (this rank's part only), moved to the device once.
+    samples = {}
+    for i in range(data_rank, len(ds), groups):
         s = ds[i]
         x, e, y = (t.to(device) for t in ds.model_inputs(s))
-        samples.append((s.graph.to(device), x, e, y))
+        samples[i] = (s.graph.to(device), x, e, y)
 
     ref = None
     if args.check and rank == 0:
@@ -122,18 +194,22 @@ def main(argv=None) -> int:
             d = full[i]
             ref_data.append(tuple(t.to(device) for t in (*model_inputs(d, ds.stats), d.edge_index)))
         ref = (ref_model, ref_data)
-    tol = TOLERANCE[args.dtype]
+    precision = "bf16" if args.amp == "bf16" else args.dtype
+    tol = TOLERANCE[precision]
     worst = {"loss": 0.0, "grad": 0.0}
-    failed = []
+    failed, checked = [], []
     bar = tqdm(range(start, args.steps), disable=rank != 0, desc="train", unit="step")
 
-    def check(step: int, loss: float) -> None:
-        """Rank 0: loss and gradients of the whole mesh at the weights this step started from."""
+    def check(step: int, batch: range, loss: float) -> None:
+        """Rank 0: the mean loss of the step's samples and its gradients on the whole meshes, at the
+        weights this step started from."""
         ref_model, ref_data = ref
-        rx, re_, ry, rei = ref_data[step % len(ref_data)]
         ref_model.load_state_dict(model.module.state_dict())
         ref_model.zero_grad(set_to_none=True)
-        ref_loss = torch.nn.functional.mse_loss(ref_model(rx, rei, re_), ry)
+        ref_loss = 0.0
+        for i in batch:
+            rx, re_, ry, rei = ref_data[i]
+            ref_loss = ref_loss + F.mse_loss(ref_model(rx, rei, re_), ry) * (1.0 / len(batch))
         ref_loss.backward()
         gs, gr = flat_grads(model.module), flat_grads(ref_model)
         lv, rv = loss, float(ref_loss.detach())
@@ -141,6 +217,7 @@ def main(argv=None) -> int:
         d_grad = float((gs - gr).abs().max() / gr.abs().max().clamp_min(1e-30))
         ok = d_loss <= tol["loss"] and d_grad <= tol["grad"]
         worst["loss"], worst["grad"] = max(worst["loss"], d_loss), max(worst["grad"], d_grad)
+        checked.append(step)
         if not ok:
             failed.append(step)
         bar.write(f"step {step}: loss {lv:.17g} (reference {rv:.17g}), relative difference of loss {d_loss:.3e} "
@@ -149,16 +226,29 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     loss = float("nan")
     for step in bar:
-        g, x, e, y = samples[step % len(samples)]
+        batch = step_samples(step, len(ds), groups, args.batch_size)
+        mine = [i for i in batch if i % groups == data_rank]
         opt.zero_grad(set_to_none=True)
-        pred = model(x, g, e)  # ShardTensor of the owned rows
-        loss_st = F.mse_loss(pred, y)  # the whole mesh's loss, replicated
-        loss = float(loss_st.to_local().detach())
-        if not math.isfinite(loss):  # the same value on every rank: all stop together
+        loss_t = torch.zeros(1, dtype=torch.float64, device=device)
+        for j, i in enumerate(mine):
+            g, x, e, y = samples[i]
+            # Only the last backward of the step reduces the gradients (the earlier ones accumulate).
+            with model.no_sync() if j < len(mine) - 1 else contextlib.nullcontext():
+                with autocast():
+                    pred = model(x, g, e)  # ShardTensor of the owned rows
+                # The loss in the parameters' precision, as autocast computes mse_loss.
+                loss_st = F.mse_loss(pred.to(y.dtype), y) * (1.0 / len(batch))  # this sample's share of the step's mean
+                loss_st.backward()
+            loss_t += loss_st.to_local().detach().double()
+        if not mine:  # no sample for this group in a short last step: its zero gradients join the reduction
+            model.reduce_gradients()
+        if groups > 1:
+            all_reduce(loss_t, group=data_group)  # each domain group holds its samples' sum
+        loss = float(loss_t)
+        if not math.isfinite(loss):  # the same value on every rank: all stop together, before the step
             raise FloatingPointError(f"step {step}: the loss is {loss}; lower --lr or check the data")
-        loss_st.backward()
         if ref is not None:
-            check(step, loss)
+            check(step, batch, loss)
         opt.step()
         if rank == 0:
             bar.set_postfix(loss=f"{loss:.5g}")
@@ -176,9 +266,18 @@ def main(argv=None) -> int:
             verdict = f"FAIL at steps {failed}" if failed else "PASS"
             print(f"check vs single process: largest relative difference of loss {worst['loss']:.3e}, "
                   f"of parameter gradients {worst['grad']:.3e} over {n} steps: {verdict} "
-                  f"(tolerances {args.dtype}: loss {tol['loss']:g}, gradients {tol['grad']:g})", flush=True)
+                  f"(tolerances {precision}: loss {tol['loss']:g}, gradients {tol['grad']:g})", flush=True)
+    return {"loss": loss, "failed": failed, "worst": worst, "checked": checked}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import meshshard as ms
+
+    ms.init_distributed(backend="nccl" if _use_cuda(args) else "gloo")
+    result = train(args)
     ms.destroy_distributed()
-    return 1 if failed else 0
+    return 1 if result["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -63,7 +63,9 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
     Args:
         root: the preprocessed folder (with the dataset ``meta.json``).
         rank: this rank (default: the group rank).
-        group: process group (default: the world); its size must equal the dataset's parts.
+        group: process group (default: the world); its size must equal the dataset's parts. In
+            data x domain training, the domain group (``mesh2d["domain"].get_group()``): its
+            ranks share each sample, and other groups may read other samples.
         dtype: floating dtype of the returned tensors (default: as stored).
         cache: keep loaded samples in memory.
 
@@ -88,7 +90,8 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
             meta = read_dataset_meta(self.root)
             if int(meta["num_parts"]) != world:
                 raise ValueError(f"{self.root} was preprocessed into {meta['num_parts']} parts but this group has "
-                                 f"{world} ranks; rerun `meshshard preprocess -k {world}` or launch {meta['num_parts']} ranks")
+                                 f"{world} ranks; rerun `meshshard preprocess -k {world}` or give the group "
+                                 f"{meta['num_parts']} ranks (the world, or the domain group of data x domain training)")
             return meta
 
         # Ranks may read different copies (node-local disks): one bad copy fails every rank alike.

@@ -20,7 +20,9 @@ Two modes, chosen per call (``exchange="auto"``):
 ``gcn_norm`` layers get whole-graph degrees through :func:`meshshard.ops.conv.global_gcn_inputs`.
 
 Backward: the loss of the whole graph is a sum over ranks, so its gradient with respect to a
-replicated parameter is the SUM of the ranks' gradients. Hooks that run when a parameter's
+replicated parameter is the SUM of the ranks' gradients. On a 2-D ``("data", "domain")`` mesh the
+sum runs over every rank: the domain ranks' sum rebuilds each sample's gradient, the data groups'
+sum adds the samples (scale each loss by ``1 / samples in the step`` for their mean). Hooks that run when a parameter's
 gradient has been accumulated pack the gradients into buckets (~25 MB, in reverse parameter order,
 roughly the order backward produces them) and start an asynchronous all-reduce of each bucket as
 soon as it is full, in the same bucket order on every rank; the end of backward waits for them. So
@@ -254,15 +256,27 @@ class _GradReducer:
         let it accumulate locally."""
         if not torch.is_grad_enabled():
             return
-        self.active = sync and msd.is_initialized() and msd.get_world_size(self.group) > 1
         if not sync:
             self.local_grads = True
-        if not self.active:
+            self.active = False
             return
+        self._arm()
+
+    def _arm(self) -> bool:
+        self.active = msd.is_initialized() and msd.get_world_size(self.group) > 1
+        if not self.active:
+            return False
         # Gradients already reduced by an earlier backward must not be summed again.
         self.prev = {} if self.local_grads else {p: p.grad.detach().clone() for p in self.params if p.grad is not None}
         self.local_grads = False
         self.ready, self.next, self.works, self.queued = [0] * len(self.buckets), 0, [], False
+        return True
+
+    def reduce_now(self) -> None:
+        """Reduce every bucket at once, in the order a backward launches them (so the call pairs
+        with other ranks' backward reductions)."""
+        if self._arm():
+            self._finish()
 
     def _on_grad(self, p) -> None:
         if not self.active:
@@ -316,14 +330,18 @@ class DomainParallel(nn.Module):
             ``module(x, edge_index, *args, **kwargs)``. Its parameters must be equal on every rank.
         graph: a default :class:`ShardedGraph`, used when the call passes none.
         mesh: the 1-D ``DeviceMesh`` of the domain ranks (default: the graph's group and the
-            default mesh); output ShardTensors live on it.
+            default mesh); output ShardTensors live on it. Or a 2-D mesh over every rank with a
+            dim named ``"domain"`` (e.g. ``init_device_mesh("cpu", (2, 2), mesh_dim_names=("data",
+            "domain"))``, data x domain parallel): outputs live on ``mesh["domain"]`` (each group
+            of domain ranks shares one graph) and gradients are summed over ALL ranks.
         exchange: ``"auto"`` (default), ``"per_layer"`` or ``"once"``.
         bucket_cap_mb: gradient bucket size in MB.
 
     Raises:
         ValueError: a layer no rank can compute exactly (``ChebConv``, ``DynamicEdgeConv``,
             ``GravNetConv``, ``DirGNNConv``, ``flow="target_to_source"``; at call time also
-            BatchNorm in training mode and graph-wide norms such as ``GraphNorm``).
+            BatchNorm in training mode and graph-wide norms such as ``GraphNorm``); a 2-D mesh
+            without a ``"domain"`` dim or not holding every rank.
         CollectiveMismatchError: (every rank) parameters or buffers differ across ranks, naming
             the first one.
 
@@ -342,14 +360,25 @@ class DomainParallel(nn.Module):
             raise TypeError(f"DomainParallel wraps a torch.nn.Module, got {type(module).__name__}")
         if exchange not in _MODES:
             raise ValueError(f"exchange must be one of {_MODES}, got {exchange!r}")
-        if mesh is not None and mesh.ndim != 1:
-            raise ValueError(f"DomainParallel takes a 1-D DeviceMesh of the domain ranks, got {mesh.ndim} dims")
         refuse_non_local(module, "DomainParallel")
         self.module = module
         self.graph = graph
-        self.mesh = mesh
         self.exchange = exchange
-        self.group = mesh.get_group() if mesh is not None else getattr(graph, "group", None)
+        if mesh is None or mesh.ndim == 1:
+            self.mesh = mesh
+            self.group = mesh.get_group() if mesh is not None else getattr(graph, "group", None)
+        elif mesh.ndim == 2:
+            if "domain" not in (mesh.mesh_dim_names or ()):
+                raise ValueError("DomainParallel: a 2-D DeviceMesh needs a dim named 'domain' (the ranks sharing one "
+                                 f"graph), e.g. mesh_dim_names=('data', 'domain'); got {mesh.mesh_dim_names}")
+            if mesh.size() != msd.get_world_size():
+                raise ValueError(f"DomainParallel: a 2-D DeviceMesh must hold every rank ({msd.get_world_size()}), "
+                                 f"got {mesh.size()}")
+            self.mesh = mesh["domain"]
+            self.group = None  # the world: gradients summed over samples (data) and parts (domain)
+        else:
+            raise ValueError(f"DomainParallel takes a 1-D DeviceMesh of the domain ranks or a 2-D one with a 'domain' "
+                             f"dim, got {mesh.ndim} dims")
         self._sync = True
         if msd.is_initialized() and msd.get_world_size(self.group) > 1:
             _check_replicas_equal(module, self.group)
@@ -364,6 +393,17 @@ class DomainParallel(nn.Module):
             yield
         finally:
             self._sync = previous
+
+    def reduce_gradients(self) -> None:
+        """Sum the gradients accumulated locally (under :meth:`no_sync`, or none: zeros) over the
+        group now (collective).
+
+        For a rank with nothing to backpropagate in a step while others do: in data x domain
+        training, the ranks of a data group with no sample in a short last step call this, and
+        it pairs with the reductions the other ranks' backward starts, so nobody waits forever.
+        Gradients already reduced are not summed again.
+        """
+        self._reducer.reduce_now()
 
     def forward(self, x, g=None, *args, **kwargs):
         """Run the model on this rank's part (collective).

@@ -9,7 +9,8 @@ between global-edge and local-edge rows, graphs between halo_hops=1 (one exchang
 halo_hops=2 (one exchange per call); world size W uses partition method ``METHODS[W]`` and runs
 the cases of its parity (each case at two world sizes). Inside the
 group: the replica check at wrap time, refused layers, ``no_sync`` accumulation and accumulation
-across steps without zeroing the gradients.
+across steps without zeroing the gradients; at 4 ranks, a 2 x 2 ("data", "domain") mesh (gradients
+of two samples' mean, and ``reduce_gradients`` on a data group without a sample).
 """
 import pytest
 import torch
@@ -168,6 +169,9 @@ def _check(rank, world, data_dir):
     for p, pr in zip(model.parameters(), ref.parameters()):
         _close(p.grad, 4 * pr.grad, torch.float64, "accumulation after an evaluation call")
 
+    if world == 4:
+        _check_data_x_domain(rank, pos, ei)
+
     # refused layers
     from torch_geometric.nn import ChebConv
     from torch_geometric.nn.models import GCN
@@ -187,6 +191,43 @@ def _check(rank, world, data_dir):
                            % (world - 1)):
             ms.DomainParallel(model)
     return checked
+
+
+def _check_data_x_domain(rank, pos, ei):
+    """On a 2 x 2 ("data", "domain") mesh, each data group's domain pair shares one sample: the
+    gradients (summed over all 4 ranks) of the two samples' losses, each scaled by 1/2, are those
+    of their mean in one process; when group 1 has no sample and calls reduce_gradients(), the
+    gradients are sample 0's alone."""
+    import meshshard as ms
+    from meshshard.distributed import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("data", "domain"))
+    data = mesh.get_local_rank("data")
+    part = ms.partition(pos, 2, method="kdtree", edge_index=ei, refine=False)
+    g = ms.ShardedGraph.from_partition(ei, part, group=mesh.get_group("domain"))
+    x, e, _, y0 = _inputs(pos.shape[0], ei.shape[1], torch.float64)
+    ys = [y0, y0.flip(0) * 2]  # two samples: the same graph and inputs, different targets
+    ref = _model("mgn").double()
+    out = ref(x, ei, edge_attr=e)
+    grads_mean = torch.autograd.grad(sum(torch.nn.functional.mse_loss(out, y) for y in ys) / 2, list(ref.parameters()),
+                                     retain_graph=True)
+    grads_first = torch.autograd.grad(torch.nn.functional.mse_loss(out, ys[0]), list(ref.parameters()))
+    dp = ms.DomainParallel(_model("mgn").double(), mesh=mesh)
+    pred = dp(x[g.owned_ids], g, edge_attr=e)
+    assert pred.device_mesh == mesh["domain"], "outputs live on the domain sub-mesh"
+    (torch.nn.functional.mse_loss(pred.to_local(), ys[data][g.owned_ids], reduction="sum") / ys[data].numel() / 2).backward()
+    for (name, p), gr in zip(dp.module.named_parameters(), grads_mean):
+        _close(p.grad, gr, torch.float64, f"data x domain rank {rank}: mean of two samples, grad {name}")
+    dp.zero_grad(set_to_none=True)
+    if data == 0:
+        (torch.nn.functional.mse_loss(dp(x[g.owned_ids], g, edge_attr=e).to_local(), ys[0][g.owned_ids],
+                                      reduction="sum") / ys[0].numel()).backward()
+    else:  # no sample: pairs with group 0's backward reductions
+        dp.reduce_gradients()
+    for (name, p), gr in zip(dp.module.named_parameters(), grads_first):
+        _close(p.grad, gr, torch.float64, f"data x domain rank {rank}: group 1 without a sample, grad {name}")
+    with pytest.raises(ValueError, match="needs a dim named 'domain'"):
+        ms.DomainParallel(_model("mgn"), mesh=init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")))
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
