@@ -150,7 +150,10 @@ def metis_assignment(
                                              _weight_limit())
     ufactor = max(1, int(round((float(imbalance) - 1.0) * 1000)))
     opts = pymetis.Options(seed=int(seed), ufactor=ufactor)
-    adj = pymetis.CSRAdjacency(indptr.astype(np.int64), indices.astype(np.int64))
+    # METIS's own integer type: pymetis then hands the arrays over without a copy (often views of
+    # the caller's edge_index)
+    idx = pymetis.zero_copy_dtype()
+    adj = pymetis.CSRAdjacency(np.ascontiguousarray(indptr, dtype=idx), np.ascontiguousarray(indices, dtype=idx))
     result = pymetis.part_graph(
         int(num_parts), adj,
         vweights=vw,
