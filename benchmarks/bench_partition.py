@@ -401,25 +401,31 @@ print(json.dumps({"rc": rc, "times": times, "peaks": peaks, "total": total, **me
 """
 
 
-# Reads one mesh file with meshshard.io.read_mesh in this child: time, and peak / resident memory above the
-# RSS before the call (imports done) as multiples of the mesh arrays.
+# Reads each mesh file named on its command line with meshshard.io.read_mesh in this one child (imports
+# paid once), dropping each mesh before the next: time, and peak / resident memory above the RSS before
+# each call as multiples of the mesh arrays (the high-water mark reset through /proc/self/clear_refs).
 _READ_CHILD = r"""
-import json, sys, time
+import gc, json, sys, time
 sys.path.insert(0, sys.argv[1])
 import meshshard.io
+from meshshard._fileutil import release_free_heap
 
 def status(field):
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) * 1024 for l in f if l.startswith(field + ":"))
 
-rss = status("VmRSS")
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")
-t0 = time.perf_counter()
-mesh = meshshard.io.read_mesh(sys.argv[2])
-t = time.perf_counter() - t0
-mesh_bytes = mesh.points.nbytes + sum(c.nbytes for c in mesh.cells.values())
-print(json.dumps({"t": t, "peak": (status("VmHWM") - rss) / mesh_bytes, "kept": (status("VmRSS") - rss) / mesh_bytes}))
+for path in sys.argv[2:]:
+    gc.collect()
+    release_free_heap()
+    rss = status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    t0 = time.perf_counter()
+    mesh = meshshard.io.read_mesh(path)
+    t = time.perf_counter() - t0
+    mesh_bytes = mesh.points.nbytes + sum(c.nbytes for c in mesh.cells.values())
+    print(json.dumps({"t": t, "peak": (status("VmHWM") - rss) / mesh_bytes, "kept": (status("VmRSS") - rss) / mesh_bytes}))
+    del mesh
 """
 
 #: the formats of the read comparison: file name, meshio.write options, description
@@ -432,23 +438,27 @@ READ_FORMATS = [
 
 
 def bench_read_formats(folder: Path, mesh) -> list:
-    """``read_mesh`` of the same mesh in several formats meshio reads, each in a fresh process: the table's lines."""
+    """``read_mesh`` of the same mesh in several formats meshio reads (one child process): the table's lines."""
     import meshio
 
-    lines = ["\n`read_mesh` of the same mesh per file format (meshio's readers), each in a fresh process: seconds, "
-             "peak memory above the RSS before the call / mesh arrays, and what stays resident after it / mesh arrays.\n",
+    paths = []
+    for name, options, _ in READ_FORMATS:
+        paths.append(folder / name)
+        if not paths[-1].exists():
+            meshio.write(paths[-1], mesh, **options)
+    proc = subprocess.run([sys.executable, "-c", _READ_CHILD, str(ROOT)] + [str(p) for p in paths],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"read_mesh failed:\n{proc.stderr[-2000:]}")
+    lines = ["\n`read_mesh` of the same mesh per file format (meshio's readers) in one process, each mesh dropped "
+             "before the next: seconds, peak memory above the RSS before the call / mesh arrays, and what stays "
+             "resident after it / mesh arrays.\n",
              "| format | file MiB | read s | peak / mesh arrays | kept / mesh arrays |", "|---|---|---|---|---|"]
-    for name, options, what in READ_FORMATS:
-        path = folder / name
-        if not path.exists():
-            meshio.write(path, mesh, **options)
-        proc = subprocess.run([sys.executable, "-c", _READ_CHILD, str(ROOT), str(path)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"reading {name} failed:\n{proc.stderr[-2000:]}")
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
+    for (_, _, what), path, line in zip(READ_FORMATS, paths, proc.stdout.strip().splitlines()[-len(paths):]):
+        r = json.loads(line)
         lines.append(f"| {what} | {path.stat().st_size / 2**20:.0f} | {r['t']:.1f} | {r['peak']:.2f} | {r['kept']:.2f} |")
-        if name != "box.vtu":  # the command's own runs read box.vtu
-            path.unlink()
+    for path in paths[1:]:  # the command's own runs read paths[0]
+        path.unlink()
     return lines
 
 
