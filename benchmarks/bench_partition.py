@@ -20,7 +20,8 @@ Every figure is a ratio against a baseline measured in the same run:
 6. cli: ``meshshard partition -m graph -k 16`` end to end (quick: ``-k 4``) on a generated hexahedral box
    of 127^3 = 2.05M nodes (quick: 30^3), run in a subprocess with its phases timed: total time /
    (read + edge build + METIS) of the same run, and each phase's peak memory (VmHWM) / the mesh
-   arrays (points + cells), twice (quick: once).
+   arrays (points + cells), twice (quick: once); and ``read_mesh`` alone of the same mesh written as
+   .vtu (raw binary, zlib), gmsh .msh and legacy .vtk: time and peak memory per format.
 7. family (issue 13): on the gmsh family of :mod:`meshshard.datasets.gmsh_meshes` (geometries unlike
    the shipped meshes) and, in the full run, on a generated >= 2M-node graded hex lattice: refined
    cut of kdtree / hilbert / morton and total time (geometric partition + refinement, numba JIT
@@ -400,6 +401,67 @@ print(json.dumps({"rc": rc, "times": times, "peaks": peaks, "total": total, **me
 """
 
 
+# Reads each mesh file named on its command line with meshshard.io.read_mesh in this one child (imports
+# paid once), dropping each mesh before the next: time, and peak / resident memory above the RSS before
+# each call as multiples of the mesh arrays (the high-water mark reset through /proc/self/clear_refs).
+_READ_CHILD = r"""
+import gc, json, sys, time
+sys.path.insert(0, sys.argv[1])
+import meshshard.io
+from meshshard._fileutil import release_free_heap
+
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(field + ":"))
+
+for path in sys.argv[2:]:
+    gc.collect()
+    release_free_heap()
+    rss = status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    t0 = time.perf_counter()
+    mesh = meshshard.io.read_mesh(path)
+    t = time.perf_counter() - t0
+    mesh_bytes = mesh.points.nbytes + sum(c.nbytes for c in mesh.cells.values())
+    print(json.dumps({"t": t, "peak": (status("VmHWM") - rss) / mesh_bytes, "kept": (status("VmRSS") - rss) / mesh_bytes}))
+    del mesh
+"""
+
+#: the formats of the read comparison: file name, meshio.write options, description
+READ_FORMATS = [
+    ("box.vtu", dict(binary=True, compression=None), "VTU, raw binary (base64 inside the XML)"),
+    ("box_zlib.vtu", dict(binary=True, compression="zlib"), "VTU, zlib-compressed binary"),
+    ("box.msh", dict(file_format="gmsh", binary=True), "gmsh 4.1 binary .msh"),
+    ("box.vtk", dict(binary=True), "legacy VTK binary .vtk"),
+]
+
+
+def bench_read_formats(folder: Path, mesh) -> list:
+    """``read_mesh`` of the same mesh in several formats meshio reads (one child process): the table's lines."""
+    import meshio
+
+    paths = []
+    for name, options, _ in READ_FORMATS:
+        paths.append(folder / name)
+        if not paths[-1].exists():
+            meshio.write(paths[-1], mesh, **options)
+    proc = subprocess.run([sys.executable, "-c", _READ_CHILD, str(ROOT)] + [str(p) for p in paths],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"read_mesh failed:\n{proc.stderr[-2000:]}")
+    lines = ["\n`read_mesh` of the same mesh per file format (meshio's readers) in one process, each mesh dropped "
+             "before the next: seconds, peak memory above the RSS before the call / mesh arrays, and what stays "
+             "resident after it / mesh arrays.\n",
+             "| format | file MiB | read s | peak / mesh arrays | kept / mesh arrays |", "|---|---|---|---|---|"]
+    for (_, _, what), path, line in zip(READ_FORMATS, paths, proc.stdout.strip().splitlines()[-len(paths):]):
+        r = json.loads(line)
+        lines.append(f"| {what} | {path.stat().st_size / 2**20:.0f} | {r['t']:.1f} | {r['peak']:.2f} | {r['kept']:.2f} |")
+    for path in paths[1:]:  # the command's own runs read paths[0]
+        path.unlink()
+    return lines
+
+
 def bench_cli(n_side: int, num_parts: int, repeat: int):
     """End-to-end ``meshshard partition -m graph`` on a generated hex box: phase times and peak memory."""
     import tempfile
@@ -411,9 +473,11 @@ def bench_cli(n_side: int, num_parts: int, repeat: int):
         pts, hexes = box_hex_mesh(n_side)
         src = Path(tmp) / "box.vtu"
         t0 = time.perf_counter()
-        meshio.write(src, meshio.Mesh(pts, [("hexahedron", hexes)]), binary=True, compression=None)
+        mesh = meshio.Mesh(pts, [("hexahedron", hexes)])
+        meshio.write(src, mesh, **READ_FORMATS[0][1])
         t_write, vtu_mib = time.perf_counter() - t0, src.stat().st_size / 2**20
-        del pts, hexes
+        read_lines = bench_read_formats(Path(tmp), mesh)
+        del pts, hexes, mesh
         for _ in range(repeat):
             cmd = [sys.executable, "-c", _CLI_CHILD, str(ROOT), str(src), "-k", str(num_parts), "-m", "graph",
                    "-o", str(Path(tmp) / "out"), "-q"]
@@ -451,6 +515,7 @@ def bench_cli(n_side: int, num_parts: int, repeat: int):
         after = ratio["save"]
         print(f"| {n} | {run} | {ratio['read']:.2f} | {ratio['edges']:.2f} | {ratio['metis']:.2f} | {after:.2f} "
               f"| {row['peak_net_ratio']:.2f} | {r['peak'] / r['mesh_bytes']:.2f} |")
+    print("\n".join(read_lines))
     return rows
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from meshshard._fileutil import atomic_dir, read_json_dict
+from meshshard._fileutil import atomic_dir, read_json_dict, release_free_heap
 from meshshard.cli._mesh_cmd import (METHODS, format_quality, format_table, load_mesh_and_graph, progress,
                                      run_partition)
 from meshshard.datasets.fields import DEFAULT_KNN
@@ -101,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     with progress(3, "meshshard partition", not args.quiet) as bar:
         mesh, edge_index, graph_info = load_mesh_and_graph(src, args.knn, bar)
         mesh.cells.clear()  # the graph is built: free the element arrays before METIS and the part files
+        release_free_heap()
         part = run_partition(mesh, edge_index, args.num_parts, args.method, args.seed, not args.no_refine, bar)
     node_data = {"pos": torch.from_numpy(mesh.points)}
     skipped = []

@@ -139,6 +139,28 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + shift
 
 
+#: edges sorted per step of :func:`_group_stable`: its int64 temporaries are this long, not [E]
+_GROUP_CHUNK = 1 << 20
+
+
+def _group_stable(key: np.ndarray, ptr: np.ndarray, dtype) -> np.ndarray:
+    """Positions ``0..E-1`` grouped by ``key`` (group ``p`` at ``ptr[p]:ptr[p + 1]``), ascending
+    inside a group: ``np.argsort(key, kind="stable")`` as ``dtype``, sorted a chunk at a time so
+    that no ``[E]`` int64 array is made beside the result (0.6x a 2M-node mesh's arrays)."""
+    out = np.empty(key.size, dtype=dtype)
+    fill = ptr[:-1].copy()  # next free slot of every group
+    for c0 in range(0, key.size, _GROUP_CHUNK):
+        chunk = key[c0:c0 + _GROUP_CHUNK]
+        order = np.argsort(chunk, kind="stable")
+        grouped = chunk[order]
+        counts = np.bincount(chunk, minlength=fill.size)
+        # slot of the j-th sorted entry: its group's next free slot + its rank inside the group
+        first = np.cumsum(counts) - counts
+        out[fill[grouped] + np.arange(order.size) - first[grouped]] = order + c0
+        fill += counts
+    return out
+
+
 class HaloBuilder:
     """Halo layouts of the parts of one partitioned graph, built from one pass over its edges.
 
@@ -166,12 +188,10 @@ class HaloBuilder:
         # part of each edge's target; uint16 keys make numpy's stable argsort a radix sort (and the [E]
         # key array 2 bytes an entry)
         key = partition.assignment.numpy().astype(np.uint16 if num_parts <= 1 << 16 else np.int64)[self.dst]
-        by_part = np.argsort(key, kind="stable")  # ascending edge id inside each part
-        # int32 ids halve the one [E] array kept while parts are built
-        self.by_part = by_part.astype(np.int32) if self.src.size < 1 << 31 else by_part
-        del by_part
         self.eptr = np.zeros(num_parts + 1, dtype=np.int64)
         np.cumsum(np.bincount(key, minlength=num_parts), out=self.eptr[1:])
+        # int32 ids halve the one [E] array kept while parts are built
+        self.by_part = _group_stable(key, self.eptr, np.int32 if self.src.size < 1 << 31 else np.int64)
         del key
         if self.num_hops > 1:  # CSR of in-edges, to walk from ring h to the edges into it
             self.by_dst = np.argsort(self.dst, kind="stable")

@@ -11,6 +11,7 @@ from typing import Dict, List, Optional, Union
 
 import numpy as np
 
+from meshshard._fileutil import release_free_heap
 from meshshard._optional import require
 from meshshard.io.cell_edges import topological_dim
 from meshshard.io.mesh import Mesh
@@ -205,6 +206,9 @@ def _read_meshio(path: Path, file_format: Optional[str]) -> Mesh:
 
     cell_sets = _cell_sets(m, path, block_pos)
     point_data = {k: np.asarray(v) for k, v in m.point_data.items()}
+    del m, all_cells, by_type
+    # the reader's temporaries (decoded buffers, XML text) were freed into the heap: hand them back
+    release_free_heap()
     try:
         return Mesh(points, cells=cells, boundary_cells=boundary, cell_sets=cell_sets,
                     point_data=point_data, source=path)

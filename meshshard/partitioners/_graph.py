@@ -1,11 +1,12 @@
-"""Undirected graph helpers (numpy / scipy.sparse) shared by METIS, refinement and quality."""
+"""Undirected graph helpers (numpy, one numba kernel) shared by METIS, refinement and quality."""
 from __future__ import annotations
 
 from typing import Optional, Tuple
 
 import numpy as np
+from numba import njit
 
-__all__ = ["undirected_pairs", "symmetric_csr"]
+__all__ = ["undirected_pairs", "symmetric_csr", "csr_view", "graph_csr"]
 
 
 def undirected_pairs(
@@ -63,3 +64,85 @@ def symmetric_csr(lo: np.ndarray, hi: np.ndarray, w: Optional[np.ndarray], num_n
     np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
     data = None if w is None else np.concatenate([w, w])[order]
     return indptr, indices, data
+
+
+@njit(cache=True)
+def _indptr_if_symmetric_csr(src, dst, n):
+    """``(indptr, True)`` when ``(src, dst)`` lists a symmetric CSR row by row, else ``(_, False)``.
+
+    One pass checks ids in ``[0, n)``, rows ascending, neighbours strictly ascending inside a row
+    and no self loop (so no repeats) while counting the rows; a second finds the reverse of every ``u < v`` entry
+    by binary search in row ``v``. Equal counts of ``u < v`` and ``u > v`` entries then make the
+    map ``(u, v) -> (v, u)`` onto: every entry has its reverse. No ``[E]`` temporaries.
+    """
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    below = 0
+    for i in range(src.shape[0]):
+        u, v = src[i], dst[i]
+        if u == v or u < 0 or v < 0 or u >= n or v >= n or \
+                (i > 0 and (u < src[i - 1] or (u == src[i - 1] and v <= dst[i - 1]))):
+            return indptr, False
+        indptr[u + 1] += 1
+        if u < v:
+            below += 1
+    if 2 * below != src.shape[0]:
+        return indptr, False
+    for u in range(n):
+        indptr[u + 1] += indptr[u]
+    for i in range(src.shape[0]):
+        u, v = src[i], dst[i]
+        if u > v:
+            continue
+        lo, hi = indptr[v], indptr[v + 1]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if dst[mid] < u:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo == indptr[v + 1] or dst[lo] != u:
+            return indptr, False
+    return indptr, True
+
+
+def csr_view(edge_index: np.ndarray, num_nodes: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """The symmetric CSR of a graph that is already one in edge-list form, without copying it.
+
+    A mesh's ``edge_index`` (:func:`meshshard.io.edge_index_from_cells`: both directions, no
+    repeats, no self loops, sorted by (row 0, row 1)) is the CSR of its graph once the row
+    pointers are counted: its row 1 serves as ``indices`` as it is, where
+    :func:`undirected_pairs` + :func:`symmetric_csr` would make several ``[E]`` copies.
+
+    Args:
+        edge_index: int64 ``[2, E]`` with ids in ``[0, N)``.
+        num_nodes: ``N``.
+
+    Returns:
+        ``(indptr int64 [N + 1], indices int64 [E])`` with ``indices`` a view of
+        ``edge_index[1]`` (the same arrays :func:`symmetric_csr` would build), or None when the
+        edge list is not in that form.
+    """
+    src = np.ascontiguousarray(edge_index[0], dtype=np.int64)
+    dst = np.ascontiguousarray(edge_index[1], dtype=np.int64)
+    indptr, ok = _indptr_if_symmetric_csr(src, dst, int(num_nodes))
+    return (indptr, dst) if ok else None
+
+
+def graph_csr(edge_index: np.ndarray, num_nodes: int, edge_weights: Optional[np.ndarray] = None):
+    """Symmetric CSR of a graph given as an edge list in any form (one or both directions, repeats, loops).
+
+    Args:
+        edge_index: int64 ``[2, E]`` with ids in ``[0, N)``.
+        num_nodes: ``N``.
+        edge_weights: optional float64 ``[E]`` (a repeated edge keeps its largest weight).
+
+    Returns:
+        ``(indptr [N + 1], indices [2M], data [2M] or None)`` as :func:`symmetric_csr`; without
+        weights, from :func:`csr_view` when the edge list already is the CSR.
+    """
+    if edge_weights is None:
+        view = csr_view(edge_index, num_nodes)
+        if view is not None:
+            return view[0], view[1], None
+    lo, hi, w = undirected_pairs(edge_index, num_nodes, edge_weights)
+    return symmetric_csr(lo, hi, w, num_nodes)

@@ -26,6 +26,7 @@ from typing import Optional
 import numpy as np
 
 from meshshard.partitioners import _refine_numba as K
+from meshshard.partitioners._graph import csr_view
 
 __all__ = ["multilevel_refine", "part_components"]
 
@@ -65,7 +66,9 @@ def part_components(assignment: np.ndarray, edge_index: np.ndarray, num_parts: O
     p = (int(a.max()) + 1 if n else 0) if num_parts is None else int(num_parts)
     if n == 0:
         return np.zeros(p, dtype=np.int64)
-    indptr, indices, _ = _csr(edge_index, n, None)
+    # a mesh's edge_index already is a symmetric CSR: use it as it is (no [2E] copies)
+    csr = csr_view(np.asarray(edge_index), n)
+    indptr, indices = csr if csr is not None else _csr(edge_index, n, None)[:2]
     label, count = K.label_components(indptr, indices, a)
     comp_part = np.zeros(count, dtype=np.int64)
     comp_part[label] = a

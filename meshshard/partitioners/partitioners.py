@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from meshshard.partitioners._cuts import balanced_runs
-from meshshard.partitioners._graph import symmetric_csr, undirected_pairs
+from meshshard.partitioners._graph import graph_csr
 from meshshard.partitioners._validate import (
     as_edge_index,
     as_edge_weights,
@@ -241,8 +241,7 @@ class GraphPartitioner(BasePartitioner):
         w = as_node_weights(weights, n)
         ei = as_edge_index(edge_index, n)
         ew = None if edge_weights is None else as_edge_weights(edge_weights, ei.shape[1])
-        lo, hi, uw = undirected_pairs(ei, n, ew)
-        indptr, indices, data = symmetric_csr(lo, hi, uw, n)
+        indptr, indices, data = graph_csr(ei, n, ew)
         assign = graph_assignment(self.engine, indptr, indices, num_parts, node_weights=w, edge_weights=data,
                                   imbalance=self.imbalance, seed=self.seed)
         return Partition(torch.from_numpy(assign), num_parts, method=self.name,

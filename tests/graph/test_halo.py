@@ -71,6 +71,17 @@ def test_build_halos_matches_reference(naca, graph, num_parts, method):
         assert torch.equal(one.edge_ids, layouts[-1].edge_ids) and torch.equal(one.ghost_ids, layouts[-1].ghost_ids)
 
 
+def test_edges_grouped_by_part_a_chunk_at_a_time_give_the_same_layouts(naca, monkeypatch):
+    import meshshard.graph.halo as halo
+
+    pts, ei = naca
+    part = make_partition(pts, ei, 7, "hilbert")
+    monkeypatch.setattr(halo, "_GROUP_CHUNK", 999)  # ~30 chunks, boundaries inside every part's run
+    for r, lay in enumerate(build_halos(ei, part, 2)):
+        for key, value in reference_layout(ei, part, r, 2).items():
+            assert torch.equal(getattr(lay, key), value), (r, key)
+
+
 def test_build_halos_empty_part_and_isolated_nodes():
     from meshshard.partitioners import Partition
 
