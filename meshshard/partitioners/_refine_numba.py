@@ -351,29 +351,104 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
 
 
 @njit(cache=True)
-def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
-    """Best move of ``u`` out of its overweight part: into a part with room if any, else into one
-    that ends no heavier than the source was (weight then flows through full parts)."""
+def _quotient_graph(indptr, indices, assign, num_parts):
+    """Parts adjacent across a cut edge, as CSR over parts ``(q_indptr [P + 1], q_indices)``."""
+    n = assign.shape[0]
+    keys = np.empty(indices.shape[0], dtype=np.int64)
+    m = 0
+    for u in range(n):
+        a = assign[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            b = assign[indices[e]]
+            if b != a:
+                keys[m] = a * num_parts + b
+                m += 1
+    keys = np.unique(keys[:m])
+    q_indptr = np.zeros(num_parts + 1, dtype=np.int64)
+    q_indices = np.empty(keys.shape[0], dtype=np.int64)
+    for i in range(keys.shape[0]):
+        q_indptr[keys[i] // num_parts + 1] += 1
+        q_indices[i] = keys[i] % num_parts
+    for p in range(num_parts):
+        q_indptr[p + 1] += q_indptr[p]
+    return q_indptr, q_indices
+
+
+@njit(cache=True)
+def _room_distance(q_indptr, q_indices, part_w, max_w, min_vw, dist, queue):
+    """Fill ``dist`` (int64 ``[P]``) with the hops in the quotient graph from each part to the
+    nearest part with room for a node of weight ``min_vw`` within ``max_w`` (0 for those; ``P``
+    where none is reachable). ``queue`` (int64 ``[P]``) is scratch."""
+    num_parts = part_w.shape[0]
+    head, tail = 0, 0
+    for p in range(num_parts):
+        if part_w[p] + min_vw <= max_w:
+            dist[p] = 0
+            queue[tail] = p
+            tail += 1
+        else:
+            dist[p] = num_parts
+    while head < tail:  # breadth-first from every part with room
+        p = queue[head]
+        head += 1
+        for i in range(q_indptr[p], q_indptr[p + 1]):
+            q = q_indices[i]
+            if dist[q] > dist[p] + 1:
+                dist[q] = dist[p] + 1
+                queue[tail] = q
+                tail += 1
+
+
+@njit(cache=True)
+def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, start_w, conn, touched):
+    """Best move of ``u`` out of its overweight part: into a part with room if any, else into a
+    part nearer to room (``dist``) that ends no heavier than the source was at the round's start
+    (``start_w``), so the whole excess flows a hop a round through full parts towards room and never back."""
     g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
-    if t < 0:
-        g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, part_w[assign[u]], conn, touched)
-    return g, t
+    if t >= 0:
+        return g, t
+    own = assign[u]
+    nt = 0
+    for e in range(indptr[u], indptr[u + 1]):
+        p = assign[indices[e]]
+        if conn[p] < 0.0:
+            conn[p] = 0.0
+            touched[nt] = p
+            nt += 1
+        conn[p] += data[e]
+    best, best_c = -1, -1.0
+    for i in range(nt):
+        p = touched[i]
+        if p == own or dist[p] >= dist[own] or part_w[p] + vw[u] > start_w[own]:
+            continue
+        c = conn[p]
+        if c > best_c or (c == best_c and part_w[p] < part_w[best]):
+            best, best_c = p, c
+    gain = best_c - max(conn[own], 0.0)
+    for i in range(nt):
+        conn[touched[i]] = -1.0
+    return gain, best
 
 
 @njit(cache=True)
 def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     """Move boundary nodes out of parts heavier than ``max_w``, cheapest cut increase first. Modifies ``assign``.
 
-    A target is a neighbouring part with room, or else one that ends no heavier than the source
-    was; the latter passes the excess on, round after round, until it reaches a part with room.
-    Returns True when every part ends within ``max_w``.
+    A target is a neighbouring part with room, or else one a hop nearer (across part boundaries)
+    to a part with room that ends no heavier than the source was; the excess so passes on, round
+    after round, until it reaches a part with room. Returns True when every part ends within ``max_w``.
     """
     n = assign.shape[0]
     part_w, sizes = part_loads(assign, vw, num_parts)
     conn = np.full(num_parts, -1.0)
     touched = np.empty(num_parts, dtype=np.int64)
-    cap = n + indices.shape[0]
-    hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
+    dist = np.empty(num_parts, dtype=np.int64)
+    queue = np.empty(num_parts, dtype=np.int64)
+    min_vw = np.inf
+    for u in range(n):
+        if 0.0 < vw[u] < min_vw:
+            min_vw = vw[u]
+    hk, ht, hn = np.empty(0), np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
     # passing excess on takes about one round per part it crosses
     for round_ in range(2 * num_parts + 8):
         over = False
@@ -382,13 +457,20 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
                 over = True
         if not over:
             return True
+        if hk.shape[0] == 0:  # allocated only when some part is over
+            cap = n + indices.shape[0]
+            hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
+            # moves seldom join new parts: the quotient graph of the start guides every round
+            q_indptr, q_indices = _quotient_graph(indptr, indices, assign, num_parts)
+        _room_distance(q_indptr, q_indices, part_w, max_w, min_vw, dist, queue)
+        start_w = part_w.copy()
         s = np.uint64(salt) * np.uint64(7919) + np.uint64(round_)
         size = 0
         for u in range(n):
             src = assign[u]
             if part_w[src] <= max_w or vw[u] == 0.0:
                 continue
-            g, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+            g, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, start_w, conn, touched)
             if t >= 0:
                 size = _push(hk, ht, hn, size, g, _mix(u, s), u)
         moved = 0
@@ -397,7 +479,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
             src = assign[u]
             if part_w[src] <= max_w or sizes[src] <= 1:
                 continue
-            g2, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+            g2, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, start_w, conn, touched)
             if t < 0:
                 continue
             if g2 != g:
@@ -412,7 +494,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
             for e in range(indptr[u], indptr[u + 1]):  # the move exposed new boundary nodes of src
                 v = indices[e]
                 if assign[v] == src and part_w[src] > max_w and vw[v] > 0.0:
-                    gv, tv = _rebalance_move(v, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+                    gv, tv = _rebalance_move(v, indptr, indices, data, assign, vw, part_w, max_w, dist, start_w, conn, touched)
                     if tv >= 0:
                         size = _push(hk, ht, hn, size, gv, _mix(v, s), v)
         if moved == 0:

@@ -138,3 +138,14 @@ def test_zero_weight_edges_list_their_part_once():
         assert np.bincount(out, minlength=2).max() <= 1.05 * 72
         cut = lambda a: float(w[a[ei[0]] != a[ei[1]]].sum())  # noqa: E731
         assert cut(out) <= cut(start)
+
+
+def test_rebalance_passes_excess_through_full_parts():
+    # a path in 7 blocks: the excess of the last part must cross 5 full parts to reach the first
+    # (a rule letting parts trade weight both ways ended at loads 99, 100, 101, ...: bound missed)
+    sizes = [90, 100, 100, 100, 100, 100, 110]
+    n = sum(sizes)
+    path = np.stack([np.arange(n - 1), np.arange(1, n)])
+    out = multilevel_refine(np.repeat(np.arange(7), sizes), 7, path, imbalance=1.0)
+    assert np.bincount(out, minlength=7).tolist() == [100] * 7
+    assert int((out[path[0]] != out[path[1]]).sum()) == 6
