@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "contract", "fm_refine", "rebalance", "label_components",
-           "repair_components", "cut_weight"]
+           "repair_components", "cut_weight", "grow_parts"]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -109,7 +109,7 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
             v = indices[e]
             if mate[v] >= 0 or v == u or assign[v] != assign[u] or vw[u] + vw[v] > max_vw:
                 continue
-            w = data[e]
+            w = data[e] / (vw[u] * vw[v]) if vw[u] * vw[v] > 0.0 else data[e]
             if w > best_w or (w == best_w and _mix(v, salt) < best_h):
                 best, best_w, best_h = v, w, _mix(v, salt)
         if best >= 0:
@@ -588,3 +588,110 @@ def repair_components(indptr, indices, data, vw, assign, num_parts, max_w):
         if moved == 0:
             break
     return left
+
+
+@njit(cache=True)
+def grow_parts(indptr, indices, data, vw, assign, num_parts, max_w, salt):
+    """Regrow the parts of ``assign`` from one seed each by greedy graph growing -> new int64 ``[n]``.
+
+    Each part's seed is its node deepest inside it (most hops from the part's boundary). All parts
+    grow at once, the lightest first, each by its unassigned neighbour with the most edge weight to
+    it, while the part stays within ``max_w``; nodes no part could take join their lightest neighbouring part (or
+    part 0 if isolated). The parts so follow the graph rather than the coordinates; the result
+    may exceed ``max_w`` (rebalance it).
+    """
+    n = assign.shape[0]
+    depth = np.full(n, -1, dtype=np.int64)
+    queue = np.empty(n, dtype=np.int64)
+    head, tail = 0, 0
+    for u in range(n):  # breadth-first inwards from every part's boundary
+        for e in range(indptr[u], indptr[u + 1]):
+            if assign[indices[e]] != assign[u]:
+                depth[u] = 0
+                queue[tail] = u
+                tail += 1
+                break
+    while head < tail:
+        u = queue[head]
+        head += 1
+        for e in range(indptr[u], indptr[u + 1]):
+            v = indices[e]
+            if depth[v] < 0 and assign[v] == assign[u]:
+                depth[v] = depth[u] + 1
+                queue[tail] = v
+                tail += 1
+    seed = np.full(num_parts, -1, dtype=np.int64)
+    for u in range(n):
+        p = assign[u]
+        if seed[p] < 0 or depth[u] > depth[seed[p]]:  # (depth -1: a part without boundary)
+            seed[p] = u
+    out = np.full(n, -1, dtype=np.int64)
+    part_w = np.zeros(num_parts)
+    # key: the lightest part grows first (so none is enclosed early), then its best-connected node;
+    # the connection term stays below one node weight: it only orders a part's own candidates
+    min_vw, max_deg = np.inf, 0.0
+    for u in range(n):
+        if 0.0 < vw[u] < min_vw:
+            min_vw = vw[u]
+        d = 0.0
+        for e in range(indptr[u], indptr[u + 1]):
+            d += data[e]
+        max_deg = max(max_deg, d)
+    scale = 0.5 * (min_vw if min_vw < np.inf else 1.0) / (max_deg + 1.0)
+    cap = 2 * (num_parts + indices.shape[0])  # every assignment pushes its neighbours once; re-pushes replace pops
+    hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
+    size = 0
+    for p in range(num_parts):
+        if seed[p] >= 0:
+            size = _push(hk, ht, hn, size, 0.0, _mix(seed[p], salt), seed[p] * num_parts + p)
+    while size > 0:
+        k, code, size = _pop(hk, ht, hn, size)
+        u, p = code // num_parts, code % num_parts
+        if out[u] >= 0 or (part_w[p] > 0.0 and part_w[p] + vw[u] > max_w):
+            continue
+        c = 0.0
+        for f in range(indptr[u], indptr[u + 1]):
+            if out[indices[f]] == p:
+                c += data[f]
+        key = -part_w[p] + scale * c
+        if key < k:  # the part grew since: queue again behind lighter parts
+            size = _push(hk, ht, hn, size, key, _mix(u, salt), code)
+            continue
+        out[u] = p
+        part_w[p] += vw[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            v = indices[e]
+            if out[v] < 0:
+                c = 0.0
+                for f in range(indptr[v], indptr[v + 1]):
+                    if out[indices[f]] == p:
+                        c += data[f]
+                size = _push(hk, ht, hn, size, -part_w[p] + scale * c, _mix(v, salt), v * num_parts + p)
+    left = n
+    for u in range(n):
+        if out[u] >= 0:
+            left -= 1
+    while left > 0:  # leftovers (their neighbouring parts filled up) join their lightest neighbouring part
+        moved = 0
+        for u in range(n):
+            if out[u] >= 0:
+                continue
+            best = -1
+            for e in range(indptr[u], indptr[u + 1]):
+                q = out[indices[e]]
+                if q >= 0 and (best < 0 or part_w[q] < part_w[best]):
+                    best = q
+            if best >= 0:
+                out[u] = best
+                part_w[best] += vw[u]
+                moved += 1
+        left -= moved
+        if moved == 0:  # only unreached components are left: the first joins the lightest part
+            for u in range(n):
+                if out[u] < 0:
+                    best = np.argmin(part_w)
+                    out[u] = best
+                    part_w[best] += vw[u]
+                    left -= 1
+                    break
+    return out

@@ -149,3 +149,17 @@ def test_rebalance_passes_excess_through_full_parts():
     out = multilevel_refine(np.repeat(np.arange(7), sizes), 7, path, imbalance=1.0)
     assert np.bincount(out, minlength=7).tolist() == [100] * 7
     assert int((out[path[0]] != out[path[1]]).sum()) == 6
+
+
+def test_grow_parts_regrows_compact_balanced_parts_from_a_scattered_start():
+    from meshshard.partitioners import _refine_numba as K
+    from meshshard.partitioners.multilevel import _csr
+
+    ei, _ = _grid(20)
+    start = np.random.default_rng(0).integers(0, 4, 400)  # every part scattered over the grid
+    indptr, indices, data = _csr(ei, 400, None)
+    out = K.grow_parts(indptr, indices, data, np.ones(400), start, 4, 100.0, 0)
+    loads = np.bincount(out, minlength=4)  # the lightest part grows first, so none is enclosed while small
+    assert loads.min() >= 90 and loads.max() <= 110  # (nodes the full parts left over join a neighbour)
+    assert K.cut_weight(indptr, indices, data, out) < 0.25 * K.cut_weight(indptr, indices, data, start)
+    assert (K.grow_parts(indptr, indices, data, np.ones(400), start, 4, 100.0, 0) == out).all()
