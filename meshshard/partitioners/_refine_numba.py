@@ -89,7 +89,8 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
     """Heavy-edge matching restricted to edges inside a part -> ``(cmap [n], nc)``.
 
     Nodes are visited in id order from a salted start; each unmatched node takes its unmatched neighbour in
-    the same part over the heaviest edge (ties: the smaller hash), if the pair weighs at most
+    the same part over the edge of highest weight / (product of the two node weights): light
+    pairs first, so clusters stay even (ties: the smaller hash), if the pair weighs at most
     ``max_vw``. Coarse node ids follow the first visit of each pair, so every cluster lies in
     one part and the coarse cut equals the fine cut.
     """

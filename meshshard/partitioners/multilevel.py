@@ -12,7 +12,10 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
    hill climbing with rollback to the best prefix). Moving one coarse node moves a cluster.
 
 The first V-cycle matches across parts (as METIS coarsens) and starts its coarsest level from
-each cluster's majority part; later ones match inside parts, from the best result so far. Last,
+each cluster's majority part and, as a second try, from parts regrown out of those by greedy graph
+growing; the lower refined cut goes on. Later V-cycles match inside parts, from the best result
+so far. Matching rates an edge by its weight over the product of its end nodes' weights, so
+clusters stay even. Rebalancing passes a part's excess only towards parts with room. Last,
 the pieces a part fell into (connected components beyond its heaviest) are merged into the
 neighbouring part they share most edges with, where the bound allows.
 
