@@ -41,6 +41,7 @@ Usage::
     python benchmarks/bench_partition.py            # full: 1e5, 1e6, 1e7 points, ~1M-triangle mesh
     python benchmarks/bench_partition.py --only quality   # one section (speed, quality, memory, engines, distributed, cli, family)
     python benchmarks/bench_partition.py --quick    # 1e5 / 1e6 points, small gmsh mesh, 3e5-point memory run
+    python benchmarks/bench_partition.py --only family --sizes 10k   # the family section at ~10k nodes only
 """
 from __future__ import annotations
 
@@ -624,6 +625,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quality-parts", type=int, default=7, help="parts for the quality table (default 7)")
     ap.add_argument("--only", default="speed,quality,memory,engines,distributed,cli,family",
                     help="comma-separated sections to run (default: speed,quality,memory,engines,distributed,cli,family)")
+    ap.add_argument("--sizes", default=None,
+                    help="family section only: comma-separated node counts, e.g. 10k,100k,2M (default 10k,100k,2M; "
+                         "quick: 5k); counts below 1M pick gmsh family meshes, one of 1M or more the graded hex lattice")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     sizes = [100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
@@ -661,8 +665,12 @@ def main(argv=None) -> int:
             checks.append(("`meshshard partition -m graph` (peak RSS - RSS of the imports) / mesh arrays",
                            row["peak_net_ratio"], "<=", CLI_MEMORY_TARGET))
     if "family" in only:
-        worst = bench_family([5_000] if args.quick else [10_000, 100_000], args.quality_parts,
-                             0 if args.quick else 2_000_000)
+        if args.sizes is None:
+            fam = [5_000] if args.quick else [10_000, 100_000, 2_000_000]
+        else:
+            fam = [int(float(x[:-1]) * {"k": 1e3, "M": 1e6}[x[-1]]) if x[-1] in "kM" else int(x) for x in args.sizes.split(",")]
+        worst = bench_family([x for x in fam if x < 1_000_000], args.quality_parts,
+                             max([x for x in fam if x >= 1_000_000], default=0))
         for m in ("kdtree", "hilbert"):
             checks.append((f"{m} refined cut / METIS's, worst unseen mesh", worst[m][0], "<=", FAMILY_CUT_TARGET))
             checks.append((f"{m} partition + refinement time / METIS time, worst unseen mesh", worst[m][1], "<=", 1.0))

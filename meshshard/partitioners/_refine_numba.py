@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "contract", "fm_refine", "rebalance", "label_components",
-           "repair_components", "cut_weight"]
+           "repair_components", "cut_weight", "grow_parts"]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -89,7 +89,8 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
     """Heavy-edge matching restricted to edges inside a part -> ``(cmap [n], nc)``.
 
     Nodes are visited in id order from a salted start; each unmatched node takes its unmatched neighbour in
-    the same part over the heaviest edge (ties: the smaller hash), if the pair weighs at most
+    the same part over the edge of highest weight / (product of the two node weights): light
+    pairs first, so clusters stay even (ties: the smaller hash), if the pair weighs at most
     ``max_vw``. Coarse node ids follow the first visit of each pair, so every cluster lies in
     one part and the coarse cut equals the fine cut.
     """
@@ -109,7 +110,7 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
             v = indices[e]
             if mate[v] >= 0 or v == u or assign[v] != assign[u] or vw[u] + vw[v] > max_vw:
                 continue
-            w = data[e]
+            w = data[e] / (vw[u] * vw[v]) if vw[u] * vw[v] > 0.0 else data[e]
             if w > best_w or (w == best_w and _mix(v, salt) < best_h):
                 best, best_w, best_h = v, w, _mix(v, salt)
         if best >= 0:
@@ -351,29 +352,104 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
 
 
 @njit(cache=True)
-def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
-    """Best move of ``u`` out of its overweight part: into a part with room if any, else into one
-    that ends no heavier than the source was (weight then flows through full parts)."""
+def _quotient_graph(indptr, indices, assign, num_parts):
+    """Parts adjacent across a cut edge, as CSR over parts ``(q_indptr [P + 1], q_indices)``."""
+    n = assign.shape[0]
+    keys = np.empty(indices.shape[0], dtype=np.int64)
+    m = 0
+    for u in range(n):
+        a = assign[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            b = assign[indices[e]]
+            if b != a:
+                keys[m] = a * num_parts + b
+                m += 1
+    keys = np.unique(keys[:m])
+    q_indptr = np.zeros(num_parts + 1, dtype=np.int64)
+    q_indices = np.empty(keys.shape[0], dtype=np.int64)
+    for i in range(keys.shape[0]):
+        q_indptr[keys[i] // num_parts + 1] += 1
+        q_indices[i] = keys[i] % num_parts
+    for p in range(num_parts):
+        q_indptr[p + 1] += q_indptr[p]
+    return q_indptr, q_indices
+
+
+@njit(cache=True)
+def _room_distance(q_indptr, q_indices, part_w, max_w, min_vw, dist, queue):
+    """Fill ``dist`` (int64 ``[P]``) with the hops in the quotient graph from each part to the
+    nearest part with room for a node of weight ``min_vw`` within ``max_w`` (0 for those; ``P``
+    where none is reachable). ``queue`` (int64 ``[P]``) is scratch."""
+    num_parts = part_w.shape[0]
+    head, tail = 0, 0
+    for p in range(num_parts):
+        if part_w[p] + min_vw <= max_w:
+            dist[p] = 0
+            queue[tail] = p
+            tail += 1
+        else:
+            dist[p] = num_parts
+    while head < tail:  # breadth-first from every part with room
+        p = queue[head]
+        head += 1
+        for i in range(q_indptr[p], q_indptr[p + 1]):
+            q = q_indices[i]
+            if dist[q] > dist[p] + 1:
+                dist[q] = dist[p] + 1
+                queue[tail] = q
+                tail += 1
+
+
+@njit(cache=True)
+def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, start_w, conn, touched):
+    """Best move of ``u`` out of its overweight part: into a part with room if any, else into a
+    part nearer to room (``dist``) that ends no heavier than the source was at the round's start
+    (``start_w``), so the whole excess flows a hop a round through full parts towards room and never back."""
     g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
-    if t < 0:
-        g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, part_w[assign[u]], conn, touched)
-    return g, t
+    if t >= 0:
+        return g, t
+    own = assign[u]
+    nt = 0
+    for e in range(indptr[u], indptr[u + 1]):
+        p = assign[indices[e]]
+        if conn[p] < 0.0:
+            conn[p] = 0.0
+            touched[nt] = p
+            nt += 1
+        conn[p] += data[e]
+    best, best_c = -1, -1.0
+    for i in range(nt):
+        p = touched[i]
+        if p == own or dist[p] >= dist[own] or part_w[p] + vw[u] > start_w[own]:
+            continue
+        c = conn[p]
+        if c > best_c or (c == best_c and part_w[p] < part_w[best]):
+            best, best_c = p, c
+    gain = best_c - max(conn[own], 0.0)
+    for i in range(nt):
+        conn[touched[i]] = -1.0
+    return gain, best
 
 
 @njit(cache=True)
 def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     """Move boundary nodes out of parts heavier than ``max_w``, cheapest cut increase first. Modifies ``assign``.
 
-    A target is a neighbouring part with room, or else one that ends no heavier than the source
-    was; the latter passes the excess on, round after round, until it reaches a part with room.
-    Returns True when every part ends within ``max_w``.
+    A target is a neighbouring part with room, or else one a hop nearer (across part boundaries)
+    to a part with room that ends no heavier than the source was; the excess so passes on, round
+    after round, until it reaches a part with room. Returns True when every part ends within ``max_w``.
     """
     n = assign.shape[0]
     part_w, sizes = part_loads(assign, vw, num_parts)
     conn = np.full(num_parts, -1.0)
     touched = np.empty(num_parts, dtype=np.int64)
-    cap = n + indices.shape[0]
-    hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
+    dist = np.empty(num_parts, dtype=np.int64)
+    queue = np.empty(num_parts, dtype=np.int64)
+    min_vw = np.inf
+    for u in range(n):
+        if 0.0 < vw[u] < min_vw:
+            min_vw = vw[u]
+    hk, ht, hn = np.empty(0), np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
     # passing excess on takes about one round per part it crosses
     for round_ in range(2 * num_parts + 8):
         over = False
@@ -382,13 +458,20 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
                 over = True
         if not over:
             return True
+        if hk.shape[0] == 0:  # allocated only when some part is over
+            cap = n + indices.shape[0]
+            hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
+            # moves seldom join new parts: the quotient graph of the start guides every round
+            q_indptr, q_indices = _quotient_graph(indptr, indices, assign, num_parts)
+        _room_distance(q_indptr, q_indices, part_w, max_w, min_vw, dist, queue)
+        start_w = part_w.copy()
         s = np.uint64(salt) * np.uint64(7919) + np.uint64(round_)
         size = 0
         for u in range(n):
             src = assign[u]
             if part_w[src] <= max_w or vw[u] == 0.0:
                 continue
-            g, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+            g, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, start_w, conn, touched)
             if t >= 0:
                 size = _push(hk, ht, hn, size, g, _mix(u, s), u)
         moved = 0
@@ -397,7 +480,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
             src = assign[u]
             if part_w[src] <= max_w or sizes[src] <= 1:
                 continue
-            g2, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+            g2, t = _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, start_w, conn, touched)
             if t < 0:
                 continue
             if g2 != g:
@@ -412,7 +495,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
             for e in range(indptr[u], indptr[u + 1]):  # the move exposed new boundary nodes of src
                 v = indices[e]
                 if assign[v] == src and part_w[src] > max_w and vw[v] > 0.0:
-                    gv, tv = _rebalance_move(v, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+                    gv, tv = _rebalance_move(v, indptr, indices, data, assign, vw, part_w, max_w, dist, start_w, conn, touched)
                     if tv >= 0:
                         size = _push(hk, ht, hn, size, gv, _mix(v, s), v)
         if moved == 0:
@@ -506,3 +589,110 @@ def repair_components(indptr, indices, data, vw, assign, num_parts, max_w):
         if moved == 0:
             break
     return left
+
+
+@njit(cache=True)
+def grow_parts(indptr, indices, data, vw, assign, num_parts, max_w, salt):
+    """Regrow the parts of ``assign`` from one seed each by greedy graph growing -> new int64 ``[n]``.
+
+    Each part's seed is its node deepest inside it (most hops from the part's boundary). All parts
+    grow at once, the lightest first, each by its unassigned neighbour with the most edge weight to
+    it, while the part stays within ``max_w``; nodes no part could take join their lightest neighbouring part (or
+    part 0 if isolated). The parts so follow the graph rather than the coordinates; the result
+    may exceed ``max_w`` (rebalance it).
+    """
+    n = assign.shape[0]
+    depth = np.full(n, -1, dtype=np.int64)
+    queue = np.empty(n, dtype=np.int64)
+    head, tail = 0, 0
+    for u in range(n):  # breadth-first inwards from every part's boundary
+        for e in range(indptr[u], indptr[u + 1]):
+            if assign[indices[e]] != assign[u]:
+                depth[u] = 0
+                queue[tail] = u
+                tail += 1
+                break
+    while head < tail:
+        u = queue[head]
+        head += 1
+        for e in range(indptr[u], indptr[u + 1]):
+            v = indices[e]
+            if depth[v] < 0 and assign[v] == assign[u]:
+                depth[v] = depth[u] + 1
+                queue[tail] = v
+                tail += 1
+    seed = np.full(num_parts, -1, dtype=np.int64)
+    for u in range(n):
+        p = assign[u]
+        if seed[p] < 0 or depth[u] > depth[seed[p]]:  # (depth -1: a part without boundary)
+            seed[p] = u
+    out = np.full(n, -1, dtype=np.int64)
+    part_w = np.zeros(num_parts)
+    # key: the lightest part grows first (so none is enclosed early), then its best-connected node;
+    # the connection term stays below one node weight: it only orders a part's own candidates
+    min_vw, max_deg = np.inf, 0.0
+    for u in range(n):
+        if 0.0 < vw[u] < min_vw:
+            min_vw = vw[u]
+        d = 0.0
+        for e in range(indptr[u], indptr[u + 1]):
+            d += data[e]
+        max_deg = max(max_deg, d)
+    scale = 0.5 * (min_vw if min_vw < np.inf else 1.0) / (max_deg + 1.0)
+    cap = 2 * (num_parts + indices.shape[0])  # every assignment pushes its neighbours once; re-pushes replace pops
+    hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
+    size = 0
+    for p in range(num_parts):
+        if seed[p] >= 0:
+            size = _push(hk, ht, hn, size, 0.0, _mix(seed[p], salt), seed[p] * num_parts + p)
+    while size > 0:
+        k, code, size = _pop(hk, ht, hn, size)
+        u, p = code // num_parts, code % num_parts
+        if out[u] >= 0 or (part_w[p] > 0.0 and part_w[p] + vw[u] > max_w):
+            continue
+        c = 0.0
+        for f in range(indptr[u], indptr[u + 1]):
+            if out[indices[f]] == p:
+                c += data[f]
+        key = -part_w[p] + scale * c
+        if key < k:  # the part grew since: queue again behind lighter parts
+            size = _push(hk, ht, hn, size, key, _mix(u, salt), code)
+            continue
+        out[u] = p
+        part_w[p] += vw[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            v = indices[e]
+            if out[v] < 0:
+                c = 0.0
+                for f in range(indptr[v], indptr[v + 1]):
+                    if out[indices[f]] == p:
+                        c += data[f]
+                size = _push(hk, ht, hn, size, -part_w[p] + scale * c, _mix(v, salt), v * num_parts + p)
+    left = n
+    for u in range(n):
+        if out[u] >= 0:
+            left -= 1
+    while left > 0:  # leftovers (their neighbouring parts filled up) join their lightest neighbouring part
+        moved = 0
+        for u in range(n):
+            if out[u] >= 0:
+                continue
+            best = -1
+            for e in range(indptr[u], indptr[u + 1]):
+                q = out[indices[e]]
+                if q >= 0 and (best < 0 or part_w[q] < part_w[best]):
+                    best = q
+            if best >= 0:
+                out[u] = best
+                part_w[best] += vw[u]
+                moved += 1
+        left -= moved
+        if moved == 0:  # only unreached components are left: the first joins the lightest part
+            for u in range(n):
+                if out[u] < 0:
+                    best = np.argmin(part_w)
+                    out[u] = best
+                    part_w[best] += vw[u]
+                    left -= 1
+                    break
+    return out

@@ -138,3 +138,28 @@ def test_zero_weight_edges_list_their_part_once():
         assert np.bincount(out, minlength=2).max() <= 1.05 * 72
         cut = lambda a: float(w[a[ei[0]] != a[ei[1]]].sum())  # noqa: E731
         assert cut(out) <= cut(start)
+
+
+def test_rebalance_passes_excess_through_full_parts():
+    # a path in 7 blocks: the excess of the last part must cross 5 full parts to reach the first
+    # (a rule letting parts trade weight both ways ended at loads 99, 100, 101, ...: bound missed)
+    sizes = [90, 100, 100, 100, 100, 100, 110]
+    n = sum(sizes)
+    path = np.stack([np.arange(n - 1), np.arange(1, n)])
+    out = multilevel_refine(np.repeat(np.arange(7), sizes), 7, path, imbalance=1.0)
+    assert np.bincount(out, minlength=7).tolist() == [100] * 7
+    assert int((out[path[0]] != out[path[1]]).sum()) == 6
+
+
+def test_grow_parts_regrows_compact_balanced_parts_from_a_scattered_start():
+    from meshshard.partitioners import _refine_numba as K
+    from meshshard.partitioners.multilevel import _csr
+
+    ei, _ = _grid(20)
+    start = np.random.default_rng(0).integers(0, 4, 400)  # every part scattered over the grid
+    indptr, indices, data = _csr(ei, 400, None)
+    out = K.grow_parts(indptr, indices, data, np.ones(400), start, 4, 100.0, 0)
+    loads = np.bincount(out, minlength=4)  # the lightest part grows first, so none is enclosed while small
+    assert loads.min() >= 90 and loads.max() <= 110  # (nodes the full parts left over join a neighbour)
+    assert K.cut_weight(indptr, indices, data, out) < 0.25 * K.cut_weight(indptr, indices, data, start)
+    assert (K.grow_parts(indptr, indices, data, np.ones(400), start, 4, 100.0, 0) == out).all()
