@@ -195,7 +195,7 @@ def _fmt_nodes(n: int) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="one 2k-node mesh, 2 layers, P = 1 and 2 (about a minute on an idle machine)")
+    p.add_argument("--quick", action="store_true", help="one 2k-node mesh, 2 layers, P = 1 and 2")
     p.add_argument("--sizes", default=None, help="target node counts, comma-separated (default 500000,1000000,2000000)")
     p.add_argument("--step-nodes", type=int, default=None,
                    help="also run the step on this smaller mesh (default 10000, quick none; 0: none)")
