@@ -474,3 +474,9 @@ class MeshGraphNetBlock(MessagePassing):
 
     def message(self, e: torch.Tensor) -> torch.Tensor:
         return e
+
+    def aggregate(self, inputs: torch.Tensor, index: torch.Tensor, ptr: Optional[torch.Tensor] = None,
+                  dim_size: Optional[int] = None) -> torch.Tensor:
+        # index_add_ rather than PyG's scatter over an index expanded to [E, D]: the same sums, and
+        # its backward is an index_select instead of a gather (benchmarks/bench_scale.py).
+        return inputs.new_zeros((dim_size, inputs.shape[1])).index_add_(0, index, inputs)

@@ -96,3 +96,17 @@ def test_bench_shard_ops():
     for row in _table_rows(out, "attention"):  # the ring sends (3W - 2) / (3W - 3) of the minimum
         ratio = float(row.strip("|").split("|")[6].split()[0])
         assert 1.0 < ratio < 1.4, row
+
+
+@pytest.mark.timeout(600)
+def test_bench_scale():
+    out = _run("bench_scale.py", 590)
+    rows = [r.split("|") for r in _table_rows(out, "2,000")]
+    preprocess = [r for r in rows if len(r) == 9 and "MiB" in r[2]]
+    assert len(preprocess) == 1 and float(preprocess[0][7]) > 1, out  # peak / mesh arrays measured
+    steps = {int(r[2]): r for r in rows if len(r) == 11}
+    assert sorted(steps) == [1, 2], out
+    assert float(steps[1][6]) == 1.0 and float(steps[2][6]) > 0, out  # peak memory as a fraction of P=1
+    plain = [r for r in rows if len(r) == 9 and "MiB" not in r[2]]
+    assert len(plain) == 1 and float(plain[0][2]) <= 1e-5, out  # the plain PyTorch model gave the same output
+    assert float(plain[0][5]) > 0, out  # meshshard / plain time ratio measured

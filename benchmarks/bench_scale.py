@@ -1,0 +1,314 @@
+"""Large meshes: `meshshard preprocess`, and one MeshGraphNet training step at 1, 2 and 4 ranks.
+
+    python benchmarks/bench_scale.py --quick                  # one 2k-node mesh, P = 1, 2
+    python benchmarks/bench_scale.py                          # 0.5M, 1M, 2M nodes (+ the step mesh)
+    python benchmarks/bench_scale.py --sizes 500000 --max-memory-gb 20
+
+Meshes: :func:`meshshard.datasets.synthetic.jittered_grid_mesh` (a jittered structured grid,
+triangulated, nodes renumbered at random, analytic velocity and pressure fields), written as
+``.vtu`` with meshio.
+
+1. ``meshshard preprocess MESH -k P --features velocity pos --targets pressure`` (a subprocess, one
+   partition into the largest P): wall time, and its peak resident memory (the child's
+   ``ru_maxrss``) as a multiple of the mesh arrays (points, triangles and point fields, the bytes
+   that any reader must hold).
+2. One training step (``DomainParallel(MeshGraphNet)``, hidden 64, 15 processor layers, activation
+   checkpointing per block, float32, Adam, the dataset's normalised inputs) at P = 1, 2 and 4 local
+   gloo ranks. Per P: the worst rank's peak step memory (its VmHWM during the step minus its RSS
+   before it, VmHWM reset through /proc/self/clear_refs) as a fraction of P = 1 (target
+   <= 1/P + 0.05), the time per step, and the share of it spent in halo exchanges (forward and
+   backward, timed around ``ShardedGraph.exchange``).
+3. The same step at P = 1 against a plain PyTorch MeshGraphNet written here (index_select +
+   index_add_, checkpointed blocks, no meshshard): it loads the same weights, must give the same
+   output (checked before timing), and the two kinds of step alternate in one process so that both
+   see the same machine load (target: meshshard / plain <= 1.1).
+
+Memory is estimated before anything runs: a checkpointed step keeps every block's input node and
+edge latents, about ``46 * N * hidden * layers`` bytes on a triangle mesh (6 directed edges per
+node; constant from benchmarks/bench_meshgraphnet.py), and preprocessing about
+``PREPROCESS_MULTIPLE`` times the mesh arrays. A size or world size whose estimate (summed over
+its ranks) exceeds ``--max-memory-gb`` is skipped with the estimate printed, never swapped. The
+issue's sizes do not fit a training step on a small machine, so the step also runs on the smaller
+``--step-nodes`` mesh, labelled as such in the tables.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_meshgraphnet import (_hwm_kb, _malloc_trim, _reset_hwm, _rss_kb, _timed_exchange,  # noqa: E402
+                                _Timer, estimate_step_bytes)
+
+# Measured peak RSS of `meshshard preprocess` / bytes of the mesh arrays on these meshes (rounded up).
+PREPROCESS_MULTIPLE = 25.0  # 22.5 at 500k nodes (990 MiB)
+PROCESS_BYTES = 0.5 * 2**30  # RSS of one rank before its step (python, torch, gloo, its shard)
+FEATURES, TARGETS = ["velocity", "pos"], ["pressure"]
+
+
+# ---------------------------------------------------------------------------- plain PyTorch model
+def _plain_mlp(n_in: int, hidden: int, n_out: int, layer_norm: bool) -> nn.Sequential:
+    layers = [nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, n_out)]
+    return nn.Sequential(*layers, *([nn.LayerNorm(n_out)] if layer_norm else []))
+
+
+class _PlainBlock(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.edge_mlp = _plain_mlp(3 * hidden, hidden, hidden, True)
+        self.node_mlp = _plain_mlp(2 * hidden, hidden, hidden, True)
+
+    def forward(self, x, e, src, dst):
+        e = e + self.edge_mlp(torch.cat([e, x.index_select(0, src), x.index_select(0, dst)], 1))
+        agg = x.new_zeros(x.shape).index_add_(0, dst, e)
+        return x + self.node_mlp(torch.cat([x, agg], 1)), e
+
+
+class PlainMeshGraphNet(nn.Module):
+    """MeshGraphNet in plain PyTorch, with the parameter names of meshshard's (same state dict)."""
+
+    def __init__(self, node_in: int, edge_in: int, node_out: int, hidden: int, num_layers: int):
+        super().__init__()
+        self.node_encoder = _plain_mlp(node_in, hidden, hidden, True)
+        self.edge_encoder = _plain_mlp(edge_in, hidden, hidden, True)
+        self.processor = nn.ModuleList(_PlainBlock(hidden) for _ in range(num_layers))
+        self.decoder = _plain_mlp(hidden, hidden, node_out, False)
+
+    def forward(self, x, edge_index, edge_attr):
+        src, dst = edge_index[0], edge_index[1]
+        h, e = self.node_encoder(x), self.edge_encoder(edge_attr)
+        for block in self.processor:
+            h, e = checkpoint(block, h, e, src, dst, use_reentrant=False)
+        return self.decoder(h)
+
+
+# ---------------------------------------------------------------------------- measurements
+def _run_preprocess(vtu: Path, out: Path, parts: int) -> tuple:
+    """Wall seconds and peak RSS bytes of `meshshard preprocess` in a child process."""
+    cmd = [sys.executable, "-m", "meshshard", "preprocess", str(vtu), "-k", str(parts), "-o", str(out),
+           "--features", *FEATURES, "--targets", *TARGETS, "--quiet"]
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{output[-3000:]}")
+    return seconds, usage.ru_maxrss * 1024
+
+
+def _mesh_array_bytes(mesh) -> int:
+    return int(mesh.points.nbytes + sum(c.nbytes for c in mesh.cells.values())
+               + sum(v.nbytes for v in mesh.point_data.values()))
+
+
+def _write_mesh(mesh, path: Path) -> None:
+    import meshio
+
+    meshio.write(path, meshio.Mesh(mesh.points, [("triangle", mesh.cells["triangle"])], point_data=mesh.point_data),
+                 binary=True, compression=None)
+
+
+def _rank(rank, world, data_dir, cfg):
+    import torch.nn.functional as F
+
+    import meshshard as ms
+    from meshshard.datasets import ShardedMeshDataset
+    from meshshard.models import MeshGraphNet
+
+    torch.set_num_threads(max(1, cfg["cores"] // world))
+    ds = ShardedMeshDataset(data_dir, dtype=torch.float32)
+    s = ds[0]
+    g = s.graph
+    x, e, y = ds.model_inputs(s)
+    torch.manual_seed(0)
+    net = MeshGraphNet(ds.num_node_features, ds.num_edge_features, ds.num_targets, hidden=cfg["hidden"],
+                       num_layers=cfg["layers"], checkpoint=True)
+    model = ms.DomainParallel(net, g)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    halo = _Timer()
+    g.exchange = _timed_exchange(g.exchange, halo)
+
+    def ms_step():
+        opt.zero_grad(set_to_none=True)
+        F.mse_loss(model(x, g, e), y).backward()
+        opt.step()
+
+    steps = {"meshshard": ms_step}
+    out = dict(rank=rank, owned=g.num_owned, ghost=g.num_ghost)
+    if world == 1:  # the plain baseline, on the same local graph and inputs
+        plain = PlainMeshGraphNet(ds.num_node_features, ds.num_edge_features, ds.num_targets, cfg["hidden"],
+                                  cfg["layers"])
+        plain.load_state_dict(net.state_dict())
+        popt = torch.optim.Adam(plain.parameters(), lr=1e-4)
+        xl, yl = x.to_local(), y.to_local()
+        with torch.no_grad():
+            ref = plain(xl, g.edge_index, e)
+            diff = float((model(x, g, e).to_local() - ref).abs().max() / ref.abs().max().clamp_min(1e-30))
+        if not diff <= 1e-5:
+            raise AssertionError(f"the plain PyTorch MeshGraphNet differs from meshshard's: relative {diff:.3e}")
+        out["check"] = diff
+
+        def plain_step():
+            popt.zero_grad(set_to_none=True)
+            F.mse_loss(plain(xl, g.edge_index, e), yl).backward()
+            popt.step()
+
+        steps["plain"] = plain_step
+    for step in steps.values():
+        for _ in range(cfg["warmup"]):
+            step()
+    seconds = {k: 0.0 for k in steps}
+    peak = {k: 0 for k in steps}
+    halo.seconds = 0.0
+    for _ in range(cfg["steps"]):
+        for name, step in steps.items():  # alternate, so both kinds see the same load
+            gc.collect()
+            _malloc_trim()
+            ms.distributed.barrier()
+            rss0 = _rss_kb()
+            hwm_ok = _reset_hwm()
+            t0 = time.perf_counter()
+            step()
+            seconds[name] += time.perf_counter() - t0
+            peak[name] = max(peak[name], (_hwm_kb() - rss0) * 1024 if hwm_ok else float("nan"))
+    out.update(seconds={k: v / cfg["steps"] for k, v in seconds.items()}, peak=peak,
+               halo=halo.seconds / cfg["steps"])
+    return out
+
+
+def _fmt_nodes(n: int) -> str:
+    return f"{n:,}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="one 2k-node mesh, 2 layers, P = 1 and 2")
+    p.add_argument("--sizes", default=None, help="target node counts, comma-separated (default 500000,1000000,2000000)")
+    p.add_argument("--step-nodes", type=int, default=None,
+                   help="also run the step on this smaller mesh (default 10000, quick none; 0: none)")
+    p.add_argument("--worlds", default=None, help="world sizes (default 1,2,4; quick 1,2)")
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--layers", type=int, default=None, help="processor layers (default 15, quick 2)")
+    p.add_argument("--steps", type=int, default=1, help="timed steps per kind (after warm-up steps in --quick)")
+    p.add_argument("--max-memory-gb", type=float, default=6.0,
+                   help="memory this benchmark may use, all its processes together (default 6)")
+    p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="threads shared by the ranks")
+    args = p.parse_args(argv)
+    sizes = [int(s) for s in (args.sizes or ("2000" if args.quick else "500000,1000000,2000000")).split(",")]
+    step_nodes = args.step_nodes if args.step_nodes is not None else (0 if args.quick else 10000)
+    worlds = [int(w) for w in (args.worlds or ("1,2" if args.quick else "1,2,4")).split(",")]
+    cfg = dict(hidden=args.hidden, layers=args.layers or (2 if args.quick else 15), steps=args.steps,
+               warmup=1 if args.quick else 0, cores=args.cores)
+    budget = args.max_memory_gb * 2**30
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "131072")  # freed tensors leave the RSS at once (ranks inherit)
+
+    from meshshard.datasets import preprocess_dataset
+    from meshshard.datasets.synthetic import jittered_grid_mesh
+    from meshshard.testing import run_distributed
+
+    print(f"MeshGraphNet hidden={cfg['hidden']} layers={cfg['layers']} float32, activation checkpointing; "
+          f"{cfg['cores']} cores shared by the ranks; memory budget {args.max_memory_gb:g} GiB; "
+          f"{cfg['steps']} timed step(s)", flush=True)
+    pre_rows, step_rows, plain_rows = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for n_target in sizes + ([step_nodes] if step_nodes else []):
+            extra = n_target == step_nodes and n_target not in sizes
+            label = f"{n_target:,}" + (" (step mesh)" if extra else "")
+            t0 = time.perf_counter()
+            mesh = jittered_grid_mesh(n_target)
+            gen_s = time.perf_counter() - t0
+            n, arrays = mesh.num_nodes, _mesh_array_bytes(mesh)
+            vtu = tmp / f"grid_{n}.vtu"
+            _write_mesh(mesh, vtu)
+            del mesh
+            gc.collect()
+            # Preprocess into the largest world size (timed), the smaller ones only where a step runs.
+            est_pre = PREPROCESS_MULTIPLE * arrays
+            data = {}
+            if est_pre > budget:
+                print(f"{label}: skip preprocess, estimated {est_pre / 2**30:.1f} GiB > {args.max_memory_gb:g} GiB",
+                      flush=True)
+                pre_rows.append((label, n, arrays, gen_s, None, est_pre))
+            elif not extra:
+                k = max(worlds)
+                data[k] = tmp / f"data_{n}_{k}"
+                sec, peak = _run_preprocess(vtu, data[k], k)
+                print(f"{label}: {n:,} nodes, generated in {gen_s:.1f} s, preprocess -k {k} {sec:.1f} s, "
+                      f"peak {peak / 2**20:.0f} MiB", flush=True)
+                pre_rows.append((label, n, arrays, gen_s, (sec, peak), est_pre))
+            for world in worlds:
+                # Activations (ghosts add a few %), plus each rank's torch and gloo resident set.
+                need = estimate_step_bytes(n, cfg["hidden"], cfg["layers"], True) * 1.05 + world * PROCESS_BYTES
+                if need > budget or est_pre > budget:
+                    print(f"{label}, P={world}: skip the step, estimated {need / 2**30:.1f} GiB over all ranks "
+                          f"> {args.max_memory_gb:g} GiB", flush=True)
+                    step_rows.append((label, world, None, need))
+                    continue
+                if world not in data:  # untimed: in this process, saving a child's start-up
+                    data[world] = tmp / f"data_{n}_{world}"
+                    preprocess_dataset(str(vtu), data[world], world, FEATURES, TARGETS, progress=False)
+                t1 = time.perf_counter()
+                res = run_distributed(_rank, world, args=(str(data[world]), cfg), timeout=3600)
+                print(f"{label}, P={world}: done in {time.perf_counter() - t1:.1f} s", flush=True)
+                step_rows.append((label, world, res, need))
+                if world == 1:
+                    plain_rows.append((label, res[0]))
+
+    print()
+    print("`meshshard preprocess` (one partition into the largest P):")
+    print()
+    print("| nodes | mesh arrays | generate | preprocess | per node | peak memory | / mesh arrays |")
+    print("|---|---|---|---|---|---|---|")
+    for label, n, arrays, gen_s, measured, est in pre_rows:
+        if measured is None:
+            print(f"| {label} | {arrays / 2**20:.1f} MiB | {gen_s:.1f} s | skipped: estimated "
+                  f"{est / 2**30:.1f} GiB | | | |")
+            continue
+        sec, peak = measured
+        print(f"| {label} | {arrays / 2**20:.1f} MiB | {gen_s:.1f} s | {sec:.1f} s | {sec / n * 1e6:.1f} us | "
+              f"{peak / 2**20:.0f} MiB | {peak / arrays:.1f} |")
+    print()
+    print("Training step (worst rank):")
+    print()
+    print("| nodes | P | largest shard | ghosts | peak step memory | / P=1 | target 1/P+0.05 | s / step | halo exchange |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    base = {}
+    for label, world, res, need in step_rows:
+        if res is None:
+            print(f"| {label} | {world} | skipped: estimated {need / 2**30:.1f} GiB | | | | | | |")
+            continue
+        peak = max(r["peak"]["meshshard"] for r in res)
+        sec = max(r["seconds"]["meshshard"] for r in res)
+        base.setdefault(label, peak if world == 1 else math.nan)
+        halo = max(r["halo"] / r["seconds"]["meshshard"] for r in res)
+        print(f"| {label} | {world} | {max(r['owned'] for r in res):,} | {max(r['ghost'] for r in res):,} | "
+              f"{peak / 2**20:.0f} MiB | {peak / base[label]:.3f} | {1 / world + 0.05:.3f} | {sec:.2f} | {halo:.1%} |")
+    print()
+    print("P = 1: meshshard against plain PyTorch (same weights, same output; steps alternate):")
+    print()
+    print("| nodes | output difference | meshshard s / step | plain s / step | meshshard / plain | target | "
+          "peak memory meshshard / plain |")
+    print("|---|---|---|---|---|---|---|")
+    for label, r in plain_rows:
+        sec, peak = r["seconds"], r["peak"]
+        print(f"| {label} | {r['check']:.1e} | {sec['meshshard']:.2f} | {sec['plain']:.2f} | "
+              f"{sec['meshshard'] / sec['plain']:.3f} | 1.1 | {peak['meshshard'] / peak['plain']:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
