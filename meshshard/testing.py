@@ -117,15 +117,14 @@ def _teardown() -> None:
 def _pool_worker(rank, task_queue, result_queue):
     """One persistent rank: runs tasks until ``None``, each in a fresh process group, and resets
     the process state a task may change (environment, working directory, default dtype, grad
-    mode, the default RNG's seed) so that every task starts as in a freshly spawned process."""
-    seed = torch.initial_seed()
+    mode) so that every task starts as in a freshly spawned process. The default RNG is left as
+    is: a fresh process seeds it at random too."""
     while True:
         task = task_queue.get()
         if task is None:
             return
         call, world_size, port, backend, payload, threads = task
         env, cwd = dict(os.environ), os.getcwd()
-        torch.manual_seed(seed)
         torch.set_default_dtype(torch.float32)
         torch.set_grad_enabled(True)
         ok = _run_task(call, payload, rank, world_size, port, backend, (), {}, result_queue, threads)
@@ -163,7 +162,7 @@ class _Pool:
             if p.is_alive():
                 p.kill()
         for p in self.procs:
-            p.join(timeout=10)
+            p.join()  # SIGKILL cannot be ignored: this returns once the process is gone
 
 
 _pool: _Pool | None = None
@@ -176,8 +175,8 @@ def keep_workers(enabled: bool) -> None:
     Starting a rank (a Python interpreter importing torch) costs seconds, far more than most
     multi-process checks; a test session turns this on once (``tests/conftest.py``). While on,
     rank ``r`` of every call runs in the same persistent process, in a process group started for
-    that call and destroyed after it, with the environment, working directory, default dtype,
-    grad mode and default RNG seed reset between calls. Any failure or timeout kills every kept
+    that call and destroyed after it, with the environment, working directory, default dtype
+    and grad mode reset between calls. Any failure or timeout kills every kept
     rank, so a rank stuck in a collective never leaks into the next call, which starts fresh ones.
     Turning it off (and interpreter exit) stops the kept ranks.
 
