@@ -115,14 +115,18 @@ def _teardown() -> None:
 
 
 def _pool_worker(rank, task_queue, result_queue):
-    """One persistent rank: runs tasks until ``None``, each in a fresh process group, and resets
+    """One persistent rank: runs tasks until killed or orphaned, each in a fresh process group, and resets
     the process state a task may change (environment, working directory, default dtype, grad
     mode) so that every task starts as in a freshly spawned process. The default RNG is left as
     is: a fresh process seeds it at random too."""
+    parent = mp.parent_process()
     while True:
-        task = task_queue.get()
-        if task is None:
-            return
+        try:
+            task = task_queue.get(timeout=1.0)
+        except queue.Empty:
+            if not parent.is_alive():  # the parent was killed before it could stop us
+                return
+            continue
         call, world_size, port, backend, payload, threads = task
         env, cwd = dict(os.environ), os.getcwd()
         torch.set_default_dtype(torch.float32)

@@ -2,6 +2,10 @@
 would, and are replaced after a failure; without them every call spawns and reaps its own ranks.
 (run_distributed's error and timeout reporting: tests/distributed/test_comm.py.)"""
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -38,7 +42,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)  # a hang guard: about 20 s on an idle machine, minutes under heavy load
 def test_kept_ranks_are_reused_reset_and_replaced(tmp_path):
     keep_workers(True)  # on for the whole session already (tests/conftest.py); said here for clarity
     try:
@@ -68,3 +72,27 @@ def test_kept_ranks_are_reused_reset_and_replaced(tmp_path):
             run_distributed(_fail_on_one, 2, timeout=120)
     finally:
         keep_workers(True)
+
+
+def _pid(rank, world_size):
+    return os.getpid()
+
+
+def test_kept_ranks_exit_when_the_parent_is_killed():
+    """A session killed outright (SIGKILL: no atexit) must not leave its kept ranks behind."""
+    code = ("import os, signal, sys\n"
+            "from meshshard.testing import keep_workers, run_distributed\n"
+            "from tests.test_testing import _pid\n"
+            "if __name__ == '__main__':\n"
+            "    keep_workers(True)\n"
+            "    print(*run_distributed(_pid, 2, timeout=120), flush=True)\n"
+            "    os.kill(os.getpid(), signal.SIGKILL)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=200)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    pids = [int(p) for p in proc.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(p) for p in pids), "kept ranks outlived their killed parent"
