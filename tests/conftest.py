@@ -37,3 +37,14 @@ def write_gmsh_square(path, mesh_size: float) -> None:
         gmsh.write(str(path))
     finally:
         gmsh.finalize()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _kept_ranks():
+    """Every run_distributed call of the session reuses the same spawned ranks (starting one costs
+    seconds); they are stopped when the session ends."""
+    from meshshard.testing import keep_workers
+
+    keep_workers(True)
+    yield
+    keep_workers(False)

@@ -1,4 +1,8 @@
-"""examples/partition_cfd_mesh.py and examples/point_cloud_knn.py run as documented, on real data."""
+"""The example scripts run as documented, on real data: the ones that spawn ranks through their
+``main(argv)`` in this process (the same program as ``python examples/x.py ARGS`` without starting
+another interpreter; their ranks are the session's kept ones), the others and the torchrun runs as
+subprocesses."""
+import importlib
 import re
 import subprocess
 import sys
@@ -9,16 +13,21 @@ import pytest
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _run(args, timeout=240):
-    proc = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+def _run(name, argv, capsys):
+    """``examples/NAME.py``'s ``main(argv)``: its exit status must be success; returns its stdout."""
+    module = importlib.import_module(f"examples.{name}")  # a package path, so spawned ranks can import it
+    capsys.readouterr()
+    assert module.main([str(a) for a in argv]) in (0, None)
+    return capsys.readouterr().out
 
 
 @pytest.mark.timeout(240)
 def test_partition_cfd_mesh(tmp_path, data_dir):
-    png = tmp_path / "cmp.png"
-    out = _run([EXAMPLES / "partition_cfd_mesh.py", data_dir / "rae2822_turb.su2", "-k", "3", "--out", png])
+    png = tmp_path / "cmp.png"  # a script run (it starts no ranks, so running it in-process saves little)
+    proc = subprocess.run([sys.executable, str(EXAMPLES / "partition_cfd_mesh.py"), str(data_dir / "rae2822_turb.su2"),
+                           "-k", "3", "--out", str(png)], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
     assert "13937 nodes" in out
     for method in ("kdtree", "morton", "hilbert", "graph"):
         row = re.search(rf"^{method}\s+(\d+)\s+([0-9.]+)", out, flags=re.M)
@@ -32,9 +41,9 @@ def test_partition_cfd_mesh(tmp_path, data_dir):
 
 
 @pytest.mark.timeout(300)
-def test_point_cloud_knn_matches_single_process(data_dir):
-    out = _run([EXAMPLES / "point_cloud_knn.py", "--points", data_dir / "drivaer_body_points.npz", "--ranks", "2",
-                "--check", "--max-points", "4000", "-k", "6", "--hidden", "8", "--layers", "2"], timeout=280)
+def test_point_cloud_knn_matches_single_process(data_dir, capsys):
+    out = _run("point_cloud_knn", ["--points", data_dir / "drivaer_body_points.npz", "--ranks", "2", "--check",
+                                   "--max-points", "4000", "-k", "6", "--hidden", "8", "--layers", "2"], capsys)
     assert "4000 points, k=6, 2 ranks" in out
     m = re.search(r"largest output difference ([0-9.e+-]+), loss difference ([0-9.e+-]+), relative gradient difference ([0-9.e+-]+)", out)
     assert m, out
@@ -44,8 +53,8 @@ def test_point_cloud_knn_matches_single_process(data_dir):
 
 
 @pytest.mark.timeout(200)
-def test_distributed_core_spawned_with_an_empty_rank():
-    out = _run([EXAMPLES / "distributed_core.py", "--ranks", "4", "--empty-rank"], timeout=180)
+def test_distributed_core_spawned_with_an_empty_rank(capsys):
+    out = _run("distributed_core", ["--ranks", "4", "--empty-rank"], capsys)
     assert "all checks passed on 4 ranks" in out, out
     diffs = [float(d) for d in re.findall(r"max \|diff\| ([0-9.e+-]+)", out)]
     assert len(diffs) == 11 and max(diffs) <= 1e-12, out
@@ -69,8 +78,8 @@ def _sharded_conv_diffs(out, world):
 
 
 @pytest.mark.timeout(200)
-def test_sharded_conv_spawned_uneven():
-    out = _run([EXAMPLES / "sharded_conv.py", "--ranks", "3", "--size", "20"], timeout=180)
+def test_sharded_conv_spawned_uneven(capsys):
+    out = _run("sharded_conv", ["--ranks", "3", "--size", "20"], capsys)
     _sharded_conv_diffs(out, 3)
     assert "image rows per rank [7, 7, 6], output rows per rank [7, 7, 6]" in out, out
 
