@@ -12,6 +12,7 @@ Checks that keep results exact:
 """
 from __future__ import annotations
 
+import types
 import warnings
 
 import torch
@@ -149,9 +150,26 @@ def norm_dims(dims, ndim):
 
 
 
+def _replaced_torch_builtin(f):
+    """The C function that ``torch.<name>`` was before a library replaced it with the Python
+    wrapper ``f``, or None. torch_geometric does this to ``torch.select`` and ``torch.index_select``
+    on import; the wrapper calls the original, and the original is what ``__torch_function__``
+    receives, so a handler keyed only by the wrapper would never be found."""
+    if isinstance(f, types.BuiltinFunctionType):
+        return None
+    for name, value in vars(torch).items():
+        if value is f:
+            return getattr(torch._C._VariableFunctions, name, None)
+    return None
+
+
 def register(handler, funcs) -> None:
     """Register ``handler`` as meshshard's built-in handler for every function in ``funcs``
-    (``None`` entries, functions this torch lacks, are skipped)."""
+    (``None`` entries, functions this torch lacks, are skipped), and for the torch builtin behind
+    a ``torch.<name>`` that another library wrapped before meshshard was imported."""
     for f in funcs:
         if f is not None:
             reg.BUILTIN_FUNCTION_HANDLERS[f] = handler
+            original = _replaced_torch_builtin(f)
+            if original is not None:
+                reg.BUILTIN_FUNCTION_HANDLERS[original] = handler
