@@ -18,6 +18,7 @@ import os
 import pickle
 import queue
 import socket
+import sys
 import time
 import traceback
 from typing import Any, Callable, List, Sequence
@@ -114,10 +115,19 @@ def _teardown() -> None:
         pass
 
 
+def _clear_user_handlers() -> None:
+    """Forget the ShardTensor handlers a task registered (empty in a fresh process: meshshard's own
+    handlers live in a separate table), so a later task gets the built-in behaviour or the error."""
+    reg = sys.modules.get("meshshard.tensor._registry")
+    if reg is not None:
+        for table in (reg.FUNCTION_HANDLERS, reg.NAMED_FUNCTION_HANDLERS, reg.DISPATCH_HANDLERS):
+            table.clear()
+
+
 def _pool_worker(rank, task_queue, result_queue):
     """One persistent rank: runs tasks until killed or orphaned, each in a fresh process group, and resets
     the process state a task may change (environment, working directory, default dtype, grad
-    mode) so that every task starts as in a freshly spawned process. The default RNG is left as
+    mode, ShardTensor user handlers) so that every task starts as in a freshly spawned process. The default RNG is left as
     is: a fresh process seeds it at random too."""
     parent = mp.parent_process()
     while True:
@@ -140,6 +150,7 @@ def _pool_worker(rank, task_queue, result_queue):
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
+        _clear_user_handlers()
         result_queue.put((call, rank, None, None))  # idle: the group is gone, ready for the next task
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import meshshard.distributed as msd
+from meshshard.tensor import ShardTensor, _registry
 from meshshard.testing import keep_workers, run_distributed
 
 _MARK = "MESHSHARD_TEST_KEPT_MARK"
@@ -20,7 +21,8 @@ def _state(rank, world_size, where):
     """What a call sees of the process; then changes all of it (``where``: a folder to chdir to)."""
     seen = dict(pid=os.getpid(), mark=os.environ.get(_MARK), dtype=torch.get_default_dtype(), cwd=os.getcwd(),
                 grad=torch.is_grad_enabled(), port=os.environ["MASTER_PORT"],
-                world=msd.get_world_size(), rank=msd.get_rank())
+                world=msd.get_world_size(), rank=msd.get_rank(), handlers=len(_registry.FUNCTION_HANDLERS))
+    ShardTensor.register_function_handler(torch.dot, lambda *args, **kwargs: None)  # a user handler
     os.environ[_MARK] = "set"
     torch.set_default_dtype(torch.float64)
     torch.set_grad_enabled(False)
@@ -53,6 +55,7 @@ def test_kept_ranks_are_reused_reset_and_replaced(tmp_path):
         assert second[2]["pid"] not in {s["pid"] for s in first}
         for s in second:  # every change of the previous call undone
             assert s["mark"] is None and s["dtype"] == torch.float32 and s["grad"]
+            assert s["handlers"] == 0, "a user handler of the previous call is still registered"
             assert s["cwd"] == first[0]["cwd"] != str(tmp_path)
         assert [(s["rank"], s["world"]) for s in second] == [(0, 3), (1, 3), (2, 3)]
         assert second[0]["port"] != first[0]["port"], "each call needs its own fresh group"
