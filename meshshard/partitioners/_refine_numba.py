@@ -192,14 +192,9 @@ def contract(indptr, indices, data, vw, cmap, nc):
 
 
 @njit(cache=True)
-def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
-    """Best feasible move of ``u`` -> ``(gain, target)``; target -1 when none (or ``u`` is interior).
-
-    The target is the neighbouring part with the most edge weight to ``u`` among those that stay
-    within ``max_w`` with ``u``; ties go to the lighter part. ``conn`` (float64 ``[P]``, all -1:
-    "not listed", so zero-weight edges still list their part once) and ``touched`` are scratch.
-    """
-    own = assign[u]
+def _tally(u, indptr, indices, data, assign, conn, touched):
+    """Edge weight from ``u`` to each neighbouring part into ``conn`` (entries at -1 = "not listed"),
+    the parts listed in ``touched[:nt]``; returns ``nt``. The caller resets ``conn`` to -1 after."""
     nt = 0
     for e in range(indptr[u], indptr[u + 1]):
         p = assign[indices[e]]
@@ -208,6 +203,19 @@ def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
             touched[nt] = p
             nt += 1
         conn[p] += data[e]
+    return nt
+
+
+@njit(cache=True)
+def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
+    """Best feasible move of ``u`` -> ``(gain, target)``; target -1 when none (or ``u`` is interior).
+
+    The target is the neighbouring part with the most edge weight to ``u`` among those that stay
+    within ``max_w`` with ``u``; ties go to the lighter part. ``conn`` (float64 ``[P]``, all -1:
+    "not listed", so zero-weight edges still list their part once) and ``touched`` are scratch.
+    """
+    own = assign[u]
+    nt = _tally(u, indptr, indices, data, assign, conn, touched)
     best, best_c = -1, -1.0
     for i in range(nt):
         p = touched[i]
@@ -217,8 +225,7 @@ def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
         if c > best_c or (c == best_c and part_w[p] < part_w[best]):
             best, best_c = p, c
     gain = best_c - max(conn[own], 0.0)
-    for i in range(nt):
-        conn[touched[i]] = -1.0
+    conn[touched[:nt]] = -1.0
     return gain, best
 
 
@@ -409,14 +416,7 @@ def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, s
     if t >= 0:
         return g, t
     own = assign[u]
-    nt = 0
-    for e in range(indptr[u], indptr[u + 1]):
-        p = assign[indices[e]]
-        if conn[p] < 0.0:
-            conn[p] = 0.0
-            touched[nt] = p
-            nt += 1
-        conn[p] += data[e]
+    nt = _tally(u, indptr, indices, data, assign, conn, touched)
     best, best_c = -1, -1.0
     for i in range(nt):
         p = touched[i]
@@ -426,8 +426,7 @@ def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, s
         if c > best_c or (c == best_c and part_w[p] < part_w[best]):
             best, best_c = p, c
     gain = best_c - max(conn[own], 0.0)
-    for i in range(nt):
-        conn[touched[i]] = -1.0
+    conn[touched[:nt]] = -1.0
     return gain, best
 
 
