@@ -271,6 +271,37 @@ def _pop(hk, ht, hn, size):
 
 
 @njit(cache=True)
+def _list_boundary(indptr, indices, assign, listed, cand):
+    """Put every node with a neighbour in another part into ``cand`` (and mark it in ``listed``); returns the count."""
+    nc = 0
+    for u in range(assign.shape[0]):
+        a = assign[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            if assign[indices[e]] != a:
+                listed[u] = True
+                cand[nc] = u
+                nc += 1
+                break
+    return nc
+
+
+@njit(cache=True)
+def _list_around(u, indptr, indices, listed, cand, nc):
+    """Add ``u`` and its neighbours to ``cand`` unless ``listed``; returns the new count."""
+    if not listed[u]:
+        listed[u] = True
+        cand[nc] = u
+        nc += 1
+    for e in range(indptr[u], indptr[u + 1]):
+        v = indices[e]
+        if not listed[v]:
+            listed[v] = True
+            cand[nc] = v
+            nc += 1
+    return nc
+
+
+@njit(cache=True)
 def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt):
     """k-way Fiduccia-Mattheyses passes with a gain heap and rollback to the best prefix. Modifies ``assign``.
 
@@ -292,22 +323,34 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     log_from = np.empty(n, dtype=np.int64)
     cap = n + indices.shape[0]
     hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
+    # candidates: a superset of the boundary nodes (the boundary of the start, then the nodes
+    # next to moves), so a pass costs O(boundary), not O(n + nnz)
+    listed = np.zeros(n, dtype=np.bool_)
+    cand = np.empty(n, dtype=np.int64)
+    nc = _list_boundary(indptr, indices, assign, listed, cand)
     total_gain = 0.0
     for pass_ in range(max_passes):
         s = np.uint64(salt) * np.uint64(1009) + np.uint64(pass_)
         size = 0
         cut = 0.0
-        for u in range(n):
+        kept = 0
+        for i in range(nc):
+            u = cand[i]
             a = assign[u]
+            boundary = False
             for e in range(indptr[u], indptr[u + 1]):
                 if assign[indices[e]] != a:
                     cut += data[e]
-            for e in range(indptr[u], indptr[u + 1]):
-                if assign[indices[e]] != a:
-                    g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
-                    if t >= 0:
-                        size = _push(hk, ht, hn, size, g, _mix(u, s), u)
-                    break
+                    boundary = True
+            if not boundary:
+                listed[u] = False
+                continue
+            cand[kept] = u
+            kept += 1
+            g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+            if t >= 0:
+                size = _push(hk, ht, hn, size, g, _mix(u, s), u)
+        nc = kept
         nmoves, best_len, cum, best_cum = 0, 0, 0.0, 0.0
         while size > 0:
             g, u, size = _pop(hk, ht, hn, size)
@@ -350,6 +393,8 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
             part_w[src] += vw[u]
             sizes[t] -= 1
             sizes[src] += 1
+        for i in range(best_len):  # the kept moves may have made their neighbours boundary nodes
+            nc = _list_around(log_node[i], indptr, indices, listed, cand, nc)
         for i in range(nmoves):
             locked[log_node[i]] = False
         total_gain += best_cum
@@ -449,6 +494,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
         if 0.0 < vw[u] < min_vw:
             min_vw = vw[u]
     hk, ht, hn = np.empty(0), np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
+    listed, cand, nc = np.zeros(0, dtype=np.bool_), np.empty(0, dtype=np.int64), 0
     # passing excess on takes about one round per part it crosses
     for round_ in range(2 * num_parts + 8):
         over = False
@@ -462,11 +508,16 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
             hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
             # moves seldom join new parts: the quotient graph of the start guides every round
             q_indptr, q_indices = _quotient_graph(indptr, indices, assign, num_parts)
+            # only boundary nodes can move: a round scans the start's boundary and the nodes next to moves
+            listed = np.zeros(n, dtype=np.bool_)
+            cand = np.empty(n, dtype=np.int64)
+            nc = _list_boundary(indptr, indices, assign, listed, cand)
         _room_distance(q_indptr, q_indices, part_w, max_w, min_vw, dist, queue)
         start_w = part_w.copy()
         s = np.uint64(salt) * np.uint64(7919) + np.uint64(round_)
         size = 0
-        for u in range(n):
+        for i in range(nc):
+            u = cand[i]
             src = assign[u]
             if part_w[src] <= max_w or vw[u] == 0.0:
                 continue
@@ -491,6 +542,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
             sizes[src] -= 1
             sizes[t] += 1
             moved += 1
+            nc = _list_around(u, indptr, indices, listed, cand, nc)
             for e in range(indptr[u], indptr[u + 1]):  # the move exposed new boundary nodes of src
                 v = indices[e]
                 if assign[v] == src and part_w[src] > max_w and vw[v] > 0.0:
