@@ -13,6 +13,7 @@ import torch
 import meshshard.distributed as msd
 from meshshard.tensor import ShardTensor, _registry
 from meshshard.testing import keep_workers, run_distributed
+from tests._process import alive
 
 _MARK = "MESHSHARD_TEST_KEPT_MARK"
 
@@ -36,14 +37,6 @@ def _fail_on_one(rank, world_size):
     msd.barrier()  # never completes: the parent must kill rank 0 (and the kept ranks)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.mark.timeout(600)  # a hang guard: about 20 s on an idle machine, minutes under heavy load
 def test_kept_ranks_are_reused_reset_and_replaced(tmp_path):
     keep_workers(True)  # on for the whole session already (tests/conftest.py); said here for clarity
@@ -62,14 +55,14 @@ def test_kept_ranks_are_reused_reset_and_replaced(tmp_path):
 
         with pytest.raises(ValueError, match="rank one failed"):
             run_distributed(_fail_on_one, 3, timeout=120)
-        assert not any(_alive(s["pid"]) for s in second), "a failed call must kill every kept rank"
+        assert not any(alive(s["pid"]) for s in second), "a failed call must kill every kept rank"
         third = run_distributed(_state, 2, args=(str(tmp_path),), timeout=120)
         assert all(t["mark"] is None and t["world"] == 2 for t in third)
 
         keep_workers(False)
-        assert not any(_alive(t["pid"]) for t in third), "keep_workers(False) must stop the kept ranks"
+        assert not any(alive(t["pid"]) for t in third), "keep_workers(False) must stop the kept ranks"
         fresh = run_distributed(_state, 2, args=(str(tmp_path),), timeout=120)
-        assert not any(_alive(f["pid"]) for f in fresh), "without kept ranks each call reaps its own"
+        assert not any(alive(f["pid"]) for f in fresh), "without kept ranks each call reaps its own"
         assert all(f["mark"] is None and f["dtype"] == torch.float32 for f in fresh)
         with pytest.raises(ValueError, match="rank one failed"):
             run_distributed(_fail_on_one, 2, timeout=120)
@@ -96,6 +89,6 @@ def test_kept_ranks_exit_when_the_parent_is_killed():
     pids = [int(p) for p in proc.stdout.split()]
     assert len(pids) == 2
     deadline = time.monotonic() + 30
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(_alive(p) for p in pids), "kept ranks outlived their killed parent"
+    assert not any(alive(p) for p in pids), "kept ranks outlived their killed parent"

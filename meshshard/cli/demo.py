@@ -91,49 +91,26 @@ def find_cfd_file(env: str | None = None, package_file: str | os.PathLike | None
     return None
 
 
-def _write_vtu(mesh, path: Path, point_data) -> Path:
-    """``mesh``'s points and volume cells with ``point_data`` as a .vtu file (atomic)."""
-    import meshio
-    import numpy as np
-
-    from meshshard._fileutil import atomic_path
-
-    pts = mesh.points if mesh.dim == 3 else np.concatenate([mesh.points, np.zeros((mesh.num_nodes, 1))], axis=1)
-    # a point cloud as one vertex cell per point: meshio cannot read back a .vtu without cells
-    cells = list(mesh.cells.items()) or [("vertex", np.arange(mesh.num_nodes)[:, None])]
-    with atomic_path(path) as tmp:
-        meshio.write(tmp, meshio.Mesh(pts, cells, point_data=point_data), file_format="vtu")
-    return path
-
-
 def _write_synthetic(out: Path, num_nodes: int) -> Path:
+    from meshshard.cli.predict import write_vtu
     from meshshard.datasets.synthetic import cylinder_channel_mesh
 
-    mesh = cylinder_channel_mesh(num_nodes)
-    return _write_vtu(mesh, out / "cylinder_potential_flow.vtu", mesh.point_data)
+    return write_vtu(out / "cylinder_potential_flow.vtu", cylinder_channel_mesh(num_nodes))
 
 
-def _write_prediction(model, x, e, edge_index, stats, mesh, path: Path) -> dict:
-    """Predict the targets on the whole mesh, write them as ``<target>_pred`` / ``<target>_error``
-    beside the mesh's own point fields; returns the relative L2 error per target."""
-    import numpy as np
+def _predict_and_write(model, x, e, edge_index, stats, mesh, src: Path, path: Path) -> dict:
+    """Predict the targets on the whole mesh (read from ``src``) and write them as ``meshshard predict``
+    does; returns the relative L2 error per target column."""
     import torch
 
-    from meshshard.datasets import select_fields
-    from meshshard.viz import prediction_field_names
+    from meshshard.cli.predict import write_prediction
+    from meshshard.datasets import field_columns
 
     model.eval()
     with torch.no_grad():
-        pred = stats.y.denormalize(model(x, edge_index, e)).double().numpy()
-    fields, rel = dict(mesh.point_data), {}
-    for col, name in enumerate(TARGETS):  # whole fields, one column each
-        truth = select_fields(mesh, [name])[:, 0]
-        pred_name, error_name = prediction_field_names(name)
-        fields[pred_name] = pred[:, col]
-        fields[error_name] = pred[:, col] - truth
-        rel[name] = float(np.linalg.norm(fields[error_name]) / max(np.linalg.norm(truth), 1e-300))
-    _write_vtu(mesh, path, fields)
-    return rel
+        pred = stats.y.denormalize(model(x, edge_index, e))
+    metrics = write_prediction(path, mesh, pred, TARGETS, field_columns(mesh, TARGETS), source=src)
+    return {c: m["rel_l2"] for c, m in metrics.items()}
 
 
 def _train(model, x, e, y, steps, lr, edge_index=None, graph=None):
@@ -258,11 +235,13 @@ def run(args: argparse.Namespace) -> int:
 
     # 4. The trained model's prediction on the whole mesh.
     from meshshard.io import read_mesh
+    from meshshard.viz import prediction_field_names
 
     mesh = read_mesh(src)
     vtu = out / "prediction.vtu"
-    rel = _write_prediction(model, x, e, data.edge_index, ds.stats, mesh, vtu)
-    print(f"prediction: {vtu} ({', '.join(f'{t}_pred, {t}_error' for t in TARGETS)}; relative L2 error "
+    rel = _predict_and_write(model, x, e, data.edge_index, ds.stats, mesh, src, vtu)
+    fields = ", ".join(name for t in TARGETS for name in prediction_field_names(t))
+    print(f"prediction: {vtu} ({fields}; relative L2 error "
           + ", ".join(f"{t} {r:.3g}" for t, r in rel.items()) + ")")
 
     # 5. The partition plot and the prediction plot.
@@ -271,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
 
         matplotlib.use("Agg")
         from meshshard.partitioners import Partition
-        from meshshard.viz import plot_field_comparison, plot_partition_summary, prediction_field_names
+        from meshshard.viz import plot_field_comparison, plot_partition_summary
 
         part = Partition.load(sample_dir / "partition.pt")
         png = out / "partition.png"

@@ -104,19 +104,3 @@ def test_demo_finds_the_data_file(tmp_path, monkeypatch):
     assert find_cfd_file(env=str(data), package_file=site, cwd=elsewhere) == data / DATA_FILE
     assert find_cfd_file(env=str(data / DATA_FILE), package_file=site, cwd=elsewhere) == data / DATA_FILE
 
-
-def test_demo_vtu_writer_keeps_cells_points_and_fields(tmp_path, data_dir):
-    """What the demo writes (the gmsh fallback's mesh, prediction.vtu) reads back as the same mesh,
-    a 2D mesh with its zero z dropped, a point cloud as a point cloud."""
-    from meshshard.cli.demo import _write_vtu
-    from meshshard.io import Mesh, read_mesh
-
-    mesh = read_mesh(data_dir / "cylinder_crossflow_re35.vtu")
-    back = read_mesh(_write_vtu(mesh, tmp_path / "m.vtu", {"p_pred": mesh.point_data["pressure"] * 2}))
-    assert np.array_equal(back.points, mesh.points) and back.cells.keys() == mesh.cells.keys()
-    assert all(np.array_equal(back.cells[t], c) for t, c in mesh.cells.items())
-    assert np.array_equal(back.point_data["p_pred"], mesh.point_data["pressure"] * 2)
-    cloud = Mesh.from_points(np.random.default_rng(0).random((50, 3)))
-    back = read_mesh(_write_vtu(cloud, tmp_path / "c.vtu", {"a": np.arange(50.0)}))
-    assert back.is_point_cloud and np.array_equal(back.points, cloud.points)
-    assert np.array_equal(back.point_data["a"], np.arange(50.0))

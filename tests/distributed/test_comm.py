@@ -10,6 +10,7 @@ import torch
 
 import meshshard.distributed as msd
 from meshshard.testing import DistributedTimeoutError, run_distributed
+from tests._process import alive
 
 _ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK")
 
@@ -80,14 +81,6 @@ def _hang(rank, world_size, pid_dir):
     time.sleep(120)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.mark.timeout(180)
 def test_run_distributed_reraises_and_times_out(tmp_path):
     # A rank that raises: its exception type and message, chained to the remote traceback, and
@@ -107,6 +100,6 @@ def test_run_distributed_reraises_and_times_out(tmp_path):
         run_distributed(_hang, 2, args=(str(tmp_path),), timeout=timeout)
     assert time.monotonic() - t0 < timeout + 15
     pids = info.value.pids
-    assert len(pids) == 2 and not any(_alive(p) for p in pids)
+    assert len(pids) == 2 and not any(alive(p) for p in pids)
     written = {int(p.read_text()) for p in tmp_path.iterdir() if p.suffix != ".tmp"}
     assert written <= set(pids)
