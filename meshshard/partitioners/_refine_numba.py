@@ -476,12 +476,14 @@ def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, s
 
 
 @njit(cache=True)
-def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
+def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rounds=-1):
     """Move boundary nodes out of parts heavier than ``max_w``, cheapest cut increase first. Modifies ``assign``.
 
     A target is a neighbouring part with room, or else one a hop nearer (across part boundaries)
     to a part with room that ends no heavier than the source was; the excess so passes on, round
-    after round, until it reaches a part with room. Returns True when every part ends within ``max_w``.
+    after round, until it reaches a part with room. ``max_rounds`` caps the rounds (default
+    ``2 P + 8``; a coarse level, whose heavy nodes seldom fit exactly, stops early and leaves the rest
+    to the finer levels). Returns True when every part ends within ``max_w``.
     """
     n = assign.shape[0]
     part_w, sizes = part_loads(assign, vw, num_parts)
@@ -496,7 +498,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     hk, ht, hn = np.empty(0), np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
     listed, cand, nc = np.zeros(0, dtype=np.bool_), np.empty(0, dtype=np.int64), 0
     # passing excess on takes about one round per part it crosses
-    for round_ in range(2 * num_parts + 8):
+    for round_ in range(2 * num_parts + 8 if max_rounds < 0 else max_rounds):
         over = False
         for p in range(num_parts):
             if part_w[p] > max_w:
@@ -643,6 +645,33 @@ def repair_components(indptr, indices, data, vw, assign, num_parts, max_w):
 
 
 @njit(cache=True)
+def _best_frontier_node(p, indptr, indices, data, vw, out, part_w, max_w, ent_node, ent_next, head, salt):
+    """Part ``p``'s unassigned frontier node with the most edge weight to it that keeps it within ``max_w``
+    -> ``(node, weight, hash)`` (node -1: none); unlinks the entries of nodes assigned since."""
+    best, best_c, best_h = -1, -1.0, np.uint64(0)
+    prev, i = -1, head[p]
+    while i >= 0:
+        u, nxt = ent_node[i], ent_next[i]
+        if out[u] >= 0:
+            if prev < 0:
+                head[p] = nxt
+            else:
+                ent_next[prev] = nxt
+            i = nxt
+            continue
+        if part_w[p] + vw[u] <= max_w:
+            c = 0.0
+            for f in range(indptr[u], indptr[u + 1]):
+                if out[indices[f]] == p:
+                    c += data[f]
+            h = _mix(u, salt)
+            if c > best_c or (c == best_c and h < best_h):
+                best, best_c, best_h = u, c, h
+        prev, i = i, nxt
+    return best, best_c, best_h
+
+
+@njit(cache=True)
 def grow_parts(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     """Regrow the parts of ``assign`` from one seed each by greedy graph growing -> new int64 ``[n]``.
 
@@ -679,46 +708,55 @@ def grow_parts(indptr, indices, data, vw, assign, num_parts, max_w, salt):
             seed[p] = u
     out = np.full(n, -1, dtype=np.int64)
     part_w = np.zeros(num_parts)
-    # key: the lightest part grows first (so none is enclosed early), then its best-connected node;
-    # the connection term stays below one node weight: it only orders a part's own candidates
-    min_vw, max_deg = np.inf, 0.0
-    for u in range(n):
-        if 0.0 < vw[u] < min_vw:
-            min_vw = vw[u]
-        d = 0.0
-        for e in range(indptr[u], indptr[u + 1]):
-            d += data[e]
-        max_deg = max(max_deg, d)
-    scale = 0.5 * (min_vw if min_vw < np.inf else 1.0) / (max_deg + 1.0)
-    cap = 2 * (num_parts + indices.shape[0])  # every assignment pushes its neighbours once; re-pushes replace pops
-    hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
-    size = 0
+    # each part's frontier: a linked list of the unassigned nodes next to it (entries of assigned
+    # nodes are dropped when met); every assignment lists at most its degree of entries, so nnz bound them
+    cap = indices.shape[0] + 1
+    ent_node = np.empty(cap, dtype=np.int64)
+    ent_next = np.empty(cap, dtype=np.int64)
+    head = np.full(num_parts, -1, dtype=np.int64)
+    last_listed = np.full(n, -1, dtype=np.int64)  # the part that listed a node last (skips most repeats)
+    active = np.zeros(num_parts, dtype=np.bool_)
+    m = 0
     for p in range(num_parts):
-        if seed[p] >= 0:
-            size = _push(hk, ht, hn, size, 0.0, _mix(seed[p], salt), seed[p] * num_parts + p)
-    while size > 0:
-        k, code, size = _pop(hk, ht, hn, size)
-        u, p = code // num_parts, code % num_parts
-        if out[u] >= 0 or (part_w[p] > 0.0 and part_w[p] + vw[u] > max_w):
+        u = seed[p]
+        if u >= 0 and out[u] < 0:
+            out[u] = p
+            part_w[p] += vw[u]
+            active[p] = True
+            for e in range(indptr[u], indptr[u + 1]):
+                v = indices[e]
+                if out[v] < 0 and last_listed[v] != p:
+                    last_listed[v] = p
+                    ent_node[m], ent_next[m] = v, head[p]
+                    head[p] = m
+                    m += 1
+    while True:
+        min_w = np.inf  # the lightest parts that can still grow; of those, the one with the best-connected candidate
+        for q in range(num_parts):
+            if active[q] and part_w[q] < min_w:
+                min_w = part_w[q]
+        if min_w == np.inf:
+            break
+        p, best, best_c, best_h = -1, -1, -1.0, np.uint64(0)
+        for q in range(num_parts):
+            if not active[q] or part_w[q] != min_w:
+                continue
+            u, c, h = _best_frontier_node(q, indptr, indices, data, vw, out, part_w, max_w, ent_node, ent_next, head, salt)
+            if u < 0:
+                active[q] = False
+            elif c > best_c or (c == best_c and h < best_h):
+                p, best, best_c, best_h = q, u, c, h
+        if p < 0:
             continue
-        c = 0.0
-        for f in range(indptr[u], indptr[u + 1]):
-            if out[indices[f]] == p:
-                c += data[f]
-        key = -part_w[p] + scale * c
-        if key < k:  # the part grew since: queue again behind lighter parts
-            size = _push(hk, ht, hn, size, key, _mix(u, salt), code)
-            continue
-        out[u] = p
-        part_w[p] += vw[u]
-        for e in range(indptr[u], indptr[u + 1]):
+        out[best] = p
+        part_w[p] += vw[best]
+        for e in range(indptr[best], indptr[best + 1]):
             v = indices[e]
-            if out[v] < 0:
-                c = 0.0
-                for f in range(indptr[v], indptr[v + 1]):
-                    if out[indices[f]] == p:
-                        c += data[f]
-                size = _push(hk, ht, hn, size, -part_w[p] + scale * c, _mix(v, salt), v * num_parts + p)
+            if out[v] < 0 and last_listed[v] != p:
+                last_listed[v] = p
+                ent_node[m], ent_next[m] = v, head[p]
+                head[p] = m
+                m += 1
     left = n
     for u in range(n):
         if out[u] >= 0:

@@ -12,9 +12,11 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
    hill climbing with rollback to the best prefix). Moving one coarse node moves a cluster.
 
 The first V-cycle matches across parts (as METIS coarsens) and starts its coarsest level from
-each cluster's majority part and, as a second try, from parts regrown out of those by greedy graph
-growing; the lower refined cut goes on. Later V-cycles match inside parts, from the best result
-so far. Matching rates an edge by its weight over the product of its end nodes' weights, so
+each cluster's majority part and, as further tries, from parts regrown by greedy graph growing out
+of those and out of the best try; the lowest refined cut goes on. Later V-cycles (``cycles > 1``)
+match inside parts, from the best result so far. The FM passes and rebalancing rounds scan
+only boundary nodes, and coarse levels stop rebalancing after a few rounds (their heavy nodes
+seldom fit exactly; the finer levels finish it). Matching rates an edge by its weight over the product of its end nodes' weights, so
 clusters stay even. Rebalancing passes a part's excess only towards parts with room. Last,
 the pieces a part fell into (connected components beyond its heaviest) are merged into the
 neighbouring part they share most edges with, where the bound allows.
@@ -37,20 +39,36 @@ __all__ = ["multilevel_refine", "part_components"]
 _COARSE_NODES_PER_PART = 30
 #: a coarse level is used only if matching shrank the graph below this fraction
 _MIN_SHRINK = 0.9
-#: FM stops a pass after max(_STALL, level nodes // _STALL_DIV) moves without a new best cut
-#: (the coarsest level: after as many moves as it has nodes)
-_STALL, _STALL_DIV = 64, 50
+#: FM stops a pass after max(_STALL, level nodes // _STALL_DIV) moves without a new best cut (measured:
+#: 32 and 100 gave the same worst cut on the gmsh family as 64 and 50, in 0.8-0.9x the time)
+_STALL, _STALL_DIV = 32, 100
 #: FM passes per level, at most; a pass that removes less than _MIN_GAIN of the cut is the last
 _PASSES, _MIN_GAIN = 4, 1e-3
 #: default coarse_imbalance - imbalance (measured on the gmsh family at ~10k nodes: +0.03 left the worst
 #: refined cut at 1.22x METIS's, +0.09 at 1.13x, +0.14 at 1.18x)
 _COARSE_SLACK = 0.09
+#: rebalancing rounds on the coarse levels (measured: the first few move nearly all the excess, later ones
+#: one heavy node a round; the finest level rebalances without a cap)
+_COARSE_ROUNDS = 3
+#: coarsest level of the first V-cycle: parts regrown this many times (from the start's parts, then from
+#: the best so far), FM stalling after a quarter of the level's nodes (measured on the gmsh family:
+#: 2 regrows kept the worst refined cut at 1.14x METIS's, 4 regrows cost 0.1x METIS's time more at ~10k
+#: nodes for no better worst case; stalling after all nodes cost 3x the time for the same cuts)
+_REGROWS, _COARSEST_STALL_DIV = 2, 4
+#: the first V-cycle uncoarsens again from the majority parts of its result on the same hierarchy (measured
+#: on the gmsh family, 7 parts: the worst refined cut went from 1.21-1.33x METIS's to 1.08-1.14x; the
+#: coarsest level's tries from a geometric start foretell the final cut poorly, a refined result's parts do)
+_RESTARTS = 1
 #: at the coarsest level, pieces of parts may merge into neighbours up to this x the mean weight
 #: before rebalancing (measured: the fragmented parts of space-filling curves need it)
 _REPAIR_SLACK = 1.3
 
 
 def _csr(edge_index: np.ndarray, n: int, edge_weights: Optional[np.ndarray]):
+    if edge_weights is None:  # a mesh's edge_index already is the CSR: no [E] copies, no build
+        view = csr_view(np.asarray(edge_index), n)
+        if view is not None:
+            return view[0], view[1], np.ones(view[1].shape[0])
     ei = np.ascontiguousarray(edge_index, dtype=np.int64)
     w = np.ones(ei.shape[1]) if edge_weights is None else np.ascontiguousarray(edge_weights, dtype=np.float64)
     return K.build_csr(ei[0], ei[1], w, n)
@@ -89,7 +107,7 @@ def multilevel_refine(
     edge_weights: Optional[np.ndarray] = None,
     imbalance: float = 1.01,
     coarse_imbalance: Optional[float] = None,
-    cycles: int = 2,
+    cycles: int = 1,
     seed: int = 0,
     repair: bool = True,
 ) -> np.ndarray:
@@ -108,9 +126,10 @@ def multilevel_refine(
         coarse_imbalance: looser bound on the coarse levels, where nodes are heavy (default
             ``imbalance + 0.09``: clusters may then grow to 4.5% of a part, so coarsening goes deep
             enough for moves across thin layers); the finer levels rebalance to ``imbalance``.
-        cycles: at most this many V-cycles, each from the best result so far with a new matching:
-            the first matches across parts, the others inside parts; from the second on, the
-            next runs only if this one lowered the cut.
+        cycles: at most this many V-cycles (default 1), each from the best result so far with a
+            new matching: the first matches across parts, the others inside parts; from the
+            second on, the next runs only if this one lowered the cut. A second cycle lowered the
+            cut by 0-7% on the gmsh family for about 1.4x the time.
         seed: varies the matching and the tie-breaks; the same input and seed give the same result.
         repair: merge the disconnected pieces of parts into neighbouring parts (see the module
             docstring).
@@ -134,40 +153,82 @@ def multilevel_refine(
         K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _STALL, _MIN_GAIN, salt)
         return assign
     best, best_cut = assign, K.cut_weight(indptr, indices, data, assign)
+    free = True
     for cycle in range(max(1, int(cycles))):
         out = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w), salt + 7 * cycle,
-                       free=cycle == 0)
+                       free=free, restarts=_RESTARTS)
         cut = K.cut_weight(indptr, indices, data, out)
         if cut < best_cut - 1e-9 * max(best_cut, 1.0):
             best, best_cut = out, cut
-        elif cycle > 0:  # the first cycle (matched across parts) may fail where the next succeed
+        elif free:  # the input beats what matching across parts found: refine it in place instead
+            out = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w), salt + 3,
+                           free=False)
+            cut = K.cut_weight(indptr, indices, data, out)
+            if cut < best_cut - 1e-9 * max(best_cut, 1.0):
+                best, best_cut = out, cut
+        else:
             break
+        free = False
     if repair:
         K.repair_components(indptr, indices, data, vw, best, num_parts, max_w)
     return best
 
 
 def _coarsest(g, a, num_parts, bound, total, salt, grow):
-    """Refine the coarsest level's parts ``a``; with ``grow``, also parts regrown from them by greedy graph
-    growing (:func:`~meshshard.partitioners._refine_numba.grow_parts`), keeping the lower cut."""
-    starts = [a, K.grow_parts(*g, a, num_parts, total / num_parts, salt)] if grow else [a]
-    best, best_cut = a, np.inf
-    for start in starts:
+    """Refine the coarsest level's parts ``a``; with ``grow``, also parts regrown by greedy graph growing
+    (:func:`~meshshard.partitioners._refine_numba.grow_parts`) from ``a`` and then from the best result so far.
+    Returns the results within ``bound`` plus one node weight (coarse nodes are too heavy to balance
+    exactly; the finer levels rebalance), lowest cut first (``a`` refined when none is)."""
+    limit = bound + float(g[3].max())
+    stall = max(_STALL // 2, (g[0].shape[0] - 1) // _COARSEST_STALL_DIV)
+    tries = []
+    for attempt in range(1 + _REGROWS if grow else 1):
+        best = min(tries, key=lambda t: t[0])[1] if tries else a
+        start = a.copy() if attempt == 0 else K.grow_parts(*g, a if attempt == 1 else best, num_parts,
+                                                           total / num_parts, salt + 101 * attempt)
         K.repair_components(*g, start, num_parts, _REPAIR_SLACK * total / num_parts)
         K.rebalance(*g, start, num_parts, bound, salt)
-        K.fm_refine(*g, start, num_parts, bound, _PASSES, g[0].shape[0] - 1, _MIN_GAIN, salt)
-        cut = K.cut_weight(*g[:3], start)
-        if cut < best_cut and np.bincount(start, weights=g[3], minlength=num_parts).max() <= bound:
-            best, best_cut = start, cut
-    return best
+        K.fm_refine(*g, start, num_parts, bound, _PASSES, stall, _MIN_GAIN, salt)
+        if np.bincount(start, weights=g[3], minlength=num_parts).max() <= limit:
+            tries.append((K.cut_weight(*g[:3], start), start))
+        elif attempt == 0 and not grow:
+            tries.append((np.inf, start))
+    return min(tries, key=lambda t: t[0])[1] if tries else a
 
 
-def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt, free):
+def _refine_level(levels, level, a, num_parts, max_w, coarse_w, salt):
+    """Project ``a`` from level ``level + 1`` to ``level`` and refine it there."""
+    cmap, g = levels[level]
+    a = a[cmap]
+    # the bound tightens level by level, so the finest level has little left to rebalance
+    bound = max_w + (coarse_w - max_w) * level / max(len(levels), 1)
+    nl = g[0].shape[0] - 1
+    K.rebalance(*g, a, num_parts, bound, salt + level, _COARSE_ROUNDS if level else -1)
+    K.fm_refine(*g, a, num_parts, bound, _PASSES, max(_STALL, nl // _STALL_DIV), _MIN_GAIN, salt + level)
+    return a
+
+
+def _majority(to_coarse, fine, vw, num_coarse, num_parts):
+    """Each coarse node's part: the one holding most of its fine nodes' weight (ties: the lowest id).
+    None when a part holds no coarse node."""
+    # sparse votes: a dense [nc, P] table would grow as P^2 where coarsening stalls early
+    keys, inverse = np.unique(to_coarse * num_parts + fine, return_inverse=True)
+    coarse, part = np.divmod(keys, num_parts)
+    order = np.lexsort((-np.bincount(inverse, weights=vw), coarse))  # heaviest part first
+    first = np.ones(order.shape[0], dtype=bool)
+    first[1:] = coarse[order][1:] != coarse[order][:-1]
+    a = np.empty(num_coarse, dtype=np.int64)
+    a[coarse[order][first]] = part[order][first]
+    return a if np.unique(a).shape[0] == num_parts else None
+
+
+def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt, free, restarts=0):
     """One V-cycle from a partition within ``max_w``; returns a partition within ``max_w``.
 
     ``free``: match across parts too (as METIS coarsens) and start the coarsest level from each
     cluster's majority part; else match inside parts only, so the coarsest level starts from
-    ``assign`` itself.
+    ``assign`` itself. ``restarts`` (free only): uncoarsen again this many times, each from the
+    majority parts of the best result so far on the same hierarchy.
     """
     levels = []
     coarsest = _COARSE_NODES_PER_PART * num_parts
@@ -188,29 +249,18 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
         g, a = K.contract(*g, cmap, nc), ca
         to_coarse = cmap[to_coarse]
         depth += 1
-    if free:  # each coarsest node joins the part holding most of its weight
-        # (sparse votes: a dense [nc, P] table would grow as P^2 where coarsening stalls early)
-        keys, inverse = np.unique(to_coarse * num_parts + assign, return_inverse=True)
-        coarse, part = np.divmod(keys, num_parts)
-        order = np.lexsort((-np.bincount(inverse, weights=vw), coarse))  # heaviest part first (ties: lowest id)
-        first = np.ones(order.shape[0], dtype=bool)
-        first[1:] = coarse[order][1:] != coarse[order][:-1]
-        a = np.empty(g[0].shape[0] - 1, dtype=np.int64)
-        a[coarse[order][first]] = part[order][first]
-        if np.unique(a).shape[0] < num_parts:  # a part lost every cluster: this cycle cannot help
-            return assign
-    for level in range(len(levels), -1, -1):
-        if level < len(levels):
-            cmap, g = levels[level]
-            a = a[cmap]
-        # the bound tightens level by level, so the finest level has little left to rebalance
-        bound = max_w + (coarse_w - max_w) * level / max(len(levels), 1)
-        nl = g[0].shape[0] - 1
-        if level == len(levels):
-            a = _coarsest(g, a, num_parts, bound, total, salt + level, grow=free)
-            continue
-        K.rebalance(*g, a, num_parts, bound, salt + level)
-        K.fm_refine(*g, a, num_parts, bound, _PASSES, max(_STALL, nl // _STALL_DIV), _MIN_GAIN, salt + level)
-    if np.bincount(a, weights=vw, minlength=num_parts).max() > max_w or np.bincount(a, minlength=num_parts).min() == 0:
-        return assign  # the finest level could not restore the bound: keep the cycle's input
-    return a
+    top = len(levels)
+    best, best_cut = assign, np.inf
+    for restart in range(1 + (restarts if free else 0)):
+        if free:
+            a = _majority(to_coarse, best, vw, g[0].shape[0] - 1, num_parts)
+            if a is None:  # a part lost every cluster: this start cannot help
+                break
+        a = _coarsest(g, a, num_parts, max_w + (coarse_w - max_w) * (top > 0), total, salt + top + 5 * restart, grow=free)
+        for level in range(top - 1, -1, -1):
+            a = _refine_level(levels, level, a, num_parts, max_w, coarse_w, salt + 5 * restart)
+        if np.bincount(a, weights=vw, minlength=num_parts).max() <= max_w and np.bincount(a, minlength=num_parts).min() > 0:
+            cut = K.cut_weight(indptr, indices, data, a)
+            if cut < best_cut:
+                best, best_cut = a, cut
+    return best  # assign when the finest level could not restore the bound
