@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "contract", "fm_refine", "rebalance", "label_components",
-           "repair_components", "cut_weight", "grow_parts"]
+__all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "majority_parts", "contract", "boundary_candidates",
+           "project_candidates", "fm_refine", "rebalance", "label_components", "repair_components", "cut_weight", "grow_parts"]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -157,12 +157,46 @@ def group_by_label(label, count):
 
 
 @njit(cache=True)
+def majority_parts(to_coarse, fine, vw, num_coarse, num_parts):
+    """Each coarse node's part: the one holding most of its fine nodes' weight (ties: the lowest id).
+
+    ``to_coarse`` int64 ``[n]``: each fine node's coarse node; ``fine`` int64 ``[n]``: its part. Returns
+    int64 ``[num_coarse]``. Counting sort by coarse node, then one tally per coarse node over a
+    ``[P]`` scratch: O(n + P), where a dense ``[num_coarse, P]`` table would grow as P^2.
+    """
+    start, members = group_by_label(to_coarse, num_coarse)
+    out = np.zeros(num_coarse, dtype=np.int64)
+    w = np.zeros(num_parts)
+    seen = np.zeros(num_parts, dtype=np.bool_)
+    touched = np.empty(num_parts, dtype=np.int64)
+    for c in range(num_coarse):
+        nt = 0
+        for k in range(start[c], start[c + 1]):
+            u = members[k]
+            p = fine[u]
+            if not seen[p]:
+                seen[p] = True
+                touched[nt] = p
+                nt += 1
+            w[p] += vw[u]
+        best = -1
+        for i in range(nt):
+            p = touched[i]
+            if best < 0 or w[p] > w[best] or (w[p] == w[best] and p < best):
+                best = p
+        for i in range(nt):
+            w[touched[i]] = 0.0
+            seen[touched[i]] = False
+        out[c] = max(best, 0)
+    return out
+
+
+@njit(cache=True)
 def contract(indptr, indices, data, vw, cmap, nc):
     """Coarse graph of the clusters ``cmap``: summed node and edge weights, no self loops.
 
     Returns ``(indptr, indices, data, vw)`` of the coarse graph.
     """
-    n = cmap.shape[0]
     start, members = group_by_label(cmap, nc)  # members of each coarse node
     cvw = np.zeros(nc)
     c_indptr = np.zeros(nc + 1, dtype=np.int64)
@@ -225,7 +259,8 @@ def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
         if c > best_c or (c == best_c and part_w[p] < part_w[best]):
             best, best_c = p, c
     gain = best_c - max(conn[own], 0.0)
-    conn[touched[:nt]] = -1.0
+    for i in range(nt):
+        conn[touched[i]] = -1.0
     return gain, best
 
 
@@ -302,7 +337,42 @@ def _list_around(u, indptr, indices, listed, cand, nc):
 
 
 @njit(cache=True)
-def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt):
+def boundary_candidates(indptr, indices, assign):
+    """The boundary nodes as a candidate list -> ``(listed bool [n], cand int64 [n], count int64 [1])``:
+    ``cand[:count[0]]`` are the nodes, ``listed`` marks them. :func:`rebalance` and :func:`fm_refine`
+    take it and keep it a superset of the boundary as they move nodes."""
+    n = assign.shape[0]
+    listed = np.zeros(n, dtype=np.bool_)
+    cand = np.empty(n, dtype=np.int64)
+    count = np.zeros(1, dtype=np.int64)
+    count[0] = _list_boundary(indptr, indices, assign, listed, cand)
+    return listed, cand, count
+
+
+@njit(cache=True)
+def project_candidates(cmap, coarse_listed):
+    """Candidate list of a finer level from its coarser level's ``listed`` (see :func:`boundary_candidates`).
+
+    A fine node has a neighbour in another part only if its cluster ``cmap[u]`` has one, so the
+    members of listed clusters cover the fine boundary: O(n), where listing it afresh is O(nnz).
+    """
+    n = cmap.shape[0]
+    listed = np.zeros(n, dtype=np.bool_)
+    cand = np.empty(n, dtype=np.int64)
+    count = np.zeros(1, dtype=np.int64)
+    nc = 0
+    for u in range(n):
+        if coarse_listed[cmap[u]]:
+            listed[u] = True
+            cand[nc] = u
+            nc += 1
+    count[0] = nc
+    return listed, cand, count
+
+
+@njit(cache=True)
+def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt, listed, cand,
+              count):
     """k-way Fiduccia-Mattheyses passes with a gain heap and rollback to the best prefix. Modifies ``assign``.
 
     Each pass puts every boundary node on a max-heap keyed by the gain of its best feasible move
@@ -310,9 +380,11 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     node (gains are recomputed when popped, stale entries re-queued), locks it and re-queues its
     neighbours, accepting negative gains (hill climbing) until ``stall_limit`` moves pass without
     a new best; the moves after the best prefix are undone. Passes repeat while one removes more
-    than ``min_gain`` times the cut it started from.
+    than ``min_gain`` times the cut it started from. ``listed, cand, count`` (see
+    :func:`boundary_candidates`): a superset of the boundary nodes, which a pass scans instead of all n;
+    kept a superset (the nodes next to kept moves join it).
 
-    Returns the total cut weight removed.
+    Returns the cut weight after the passes.
     """
     n = assign.shape[0]
     part_w, sizes = part_loads(assign, vw, num_parts)
@@ -323,12 +395,7 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     log_from = np.empty(n, dtype=np.int64)
     cap = n + indices.shape[0]
     hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
-    # candidates: a superset of the boundary nodes (the boundary of the start, then the nodes
-    # next to moves), so a pass costs O(boundary), not O(n + nnz)
-    listed = np.zeros(n, dtype=np.bool_)
-    cand = np.empty(n, dtype=np.int64)
-    nc = _list_boundary(indptr, indices, assign, listed, cand)
-    total_gain = 0.0
+    nc = count[0]
     for pass_ in range(max_passes):
         s = np.uint64(salt) * np.uint64(1009) + np.uint64(pass_)
         size = 0
@@ -397,19 +464,31 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
             nc = _list_around(log_node[i], indptr, indices, listed, cand, nc)
         for i in range(nmoves):
             locked[log_node[i]] = False
-        total_gain += best_cum
         if best_cum <= min_gain * 0.5 * cut + 1e-9:  # (cut counted each edge twice)
             break
-    return total_gain
+    count[0] = nc
+    cut = 0.0
+    for i in range(nc):
+        u = cand[i]
+        for e in range(indptr[u], indptr[u + 1]):
+            if assign[indices[e]] != assign[u]:
+                cut += data[e]
+    return 0.5 * cut
 
 
 @njit(cache=True)
-def _quotient_graph(indptr, indices, assign, num_parts):
-    """Parts adjacent across a cut edge, as CSR over parts ``(q_indptr [P + 1], q_indices)``."""
-    n = assign.shape[0]
-    keys = np.empty(indices.shape[0], dtype=np.int64)
+def _quotient_graph(indptr, indices, assign, num_parts, cand, nc):
+    """Parts adjacent across a cut edge, as CSR over parts ``(q_indptr [P + 1], q_indices)``; ``cand[:nc]``
+    holds every boundary node."""
     m = 0
-    for u in range(n):
+    for i in range(nc):
+        u = cand[i]
+        for e in range(indptr[u], indptr[u + 1]):
+            m += 1
+    keys = np.empty(m, dtype=np.int64)
+    m = 0
+    for i in range(nc):
+        u = cand[i]
         a = assign[u]
         for e in range(indptr[u], indptr[u + 1]):
             b = assign[indices[e]]
@@ -471,19 +550,21 @@ def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, s
         if c > best_c or (c == best_c and part_w[p] < part_w[best]):
             best, best_c = p, c
     gain = best_c - max(conn[own], 0.0)
-    conn[touched[:nt]] = -1.0
+    for i in range(nt):
+        conn[touched[i]] = -1.0
     return gain, best
 
 
 @njit(cache=True)
-def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rounds=-1):
+def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rounds, listed, cand, count):
     """Move boundary nodes out of parts heavier than ``max_w``, cheapest cut increase first. Modifies ``assign``.
 
     A target is a neighbouring part with room, or else one a hop nearer (across part boundaries)
     to a part with room that ends no heavier than the source was; the excess so passes on, round
-    after round, until it reaches a part with room. ``max_rounds`` caps the rounds (default
-    ``2 P + 8``; a coarse level, whose heavy nodes seldom fit exactly, stops early and leaves the rest
-    to the finer levels). Returns True when every part ends within ``max_w``.
+    after round, until it reaches a part with room. ``max_rounds`` caps the rounds (-1: ``2 P + 8``; a
+    coarse level, whose heavy nodes seldom fit exactly, stops early and leaves the rest to the finer
+    levels). A round scans the candidates ``listed, cand, count`` (see :func:`boundary_candidates`),
+    which the nodes next to moves join. Returns True when every part ends within ``max_w``.
     """
     n = assign.shape[0]
     part_w, sizes = part_loads(assign, vw, num_parts)
@@ -496,7 +577,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
         if 0.0 < vw[u] < min_vw:
             min_vw = vw[u]
     hk, ht, hn = np.empty(0), np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
-    listed, cand, nc = np.zeros(0, dtype=np.bool_), np.empty(0, dtype=np.int64), 0
+    nc = count[0]
     # passing excess on takes about one round per part it crosses
     for round_ in range(2 * num_parts + 8 if max_rounds < 0 else max_rounds):
         over = False
@@ -504,16 +585,13 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
             if part_w[p] > max_w:
                 over = True
         if not over:
+            count[0] = nc
             return True
         if hk.shape[0] == 0:  # allocated only when some part is over
             cap = n + indices.shape[0]
             hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
             # moves seldom join new parts: the quotient graph of the start guides every round
-            q_indptr, q_indices = _quotient_graph(indptr, indices, assign, num_parts)
-            # only boundary nodes can move: a round scans the start's boundary and the nodes next to moves
-            listed = np.zeros(n, dtype=np.bool_)
-            cand = np.empty(n, dtype=np.int64)
-            nc = _list_boundary(indptr, indices, assign, listed, cand)
+            q_indptr, q_indices = _quotient_graph(indptr, indices, assign, num_parts, cand, nc)
         _room_distance(q_indptr, q_indices, part_w, max_w, min_vw, dist, queue)
         start_w = part_w.copy()
         s = np.uint64(salt) * np.uint64(7919) + np.uint64(round_)
@@ -553,6 +631,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
                         size = _push(hk, ht, hn, size, gv, _mix(v, s), v)
         if moved == 0:
             break
+    count[0] = nc
     for p in range(num_parts):
         if part_w[p] > max_w:
             return False

@@ -11,15 +11,21 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
    of parts above the bound (cheapest first), then k-way Fiduccia-Mattheyses passes (gain heap,
    hill climbing with rollback to the best prefix). Moving one coarse node moves a cluster.
 
-The first V-cycle matches across parts (as METIS coarsens) and starts its coarsest level from
-each cluster's majority part and, as further tries, from parts regrown by greedy graph growing out
-of those and out of the best try; the lowest refined cut goes on. Later V-cycles (``cycles > 1``)
-match inside parts, from the best result so far. The FM passes and rebalancing rounds scan
-only boundary nodes, and coarse levels stop rebalancing after a few rounds (their heavy nodes
-seldom fit exactly; the finer levels finish it). Matching rates an edge by its weight over the product of its end nodes' weights, so
-clusters stay even. Rebalancing passes a part's excess only towards parts with room. Last,
-the pieces a part fell into (connected components beyond its heaviest) are merged into the
-neighbouring part they share most edges with, where the bound allows.
+The first V-cycle matches across parts (as METIS coarsens). Its coarsest level starts from each
+cluster's majority part and, as further tries, from parts regrown by greedy graph growing out of
+those and out of the best try; the lowest cut is uncoarsened. Then it uncoarsens once more, from
+the majority parts of that result on the same hierarchy, and keeps the lower cut: the coarsest cut
+of a geometric start foretells the final cut poorly, a refined result's parts do. If the input
+still cuts less (a start already better than what matching across parts finds), a V-cycle that
+matches inside parts refines the input itself; ``cycles > 1`` adds such cycles from the best
+result while they lower the cut. Matching rates an edge by its weight over the product of its end
+nodes' weights, so clusters stay even. The FM passes and rebalancing rounds scan a list of
+candidates that holds every boundary node (projected from the coarser level, so no level scans all
+its edges for it); coarse levels stop rebalancing after a few rounds (their heavy nodes seldom fit
+exactly; the finer levels finish it), and the bound reaches ``imbalance`` one level above the
+finest. Rebalancing passes a part's excess only towards parts with room. Last, the pieces a part
+fell into (connected components beyond its heaviest) are merged into the neighbouring part they
+share most edges with, where the bound allows.
 
 The kernels (:mod:`meshshard.partitioners._refine_numba`) are sequential with hashed
 tie-breaks: the same input and seed give the same partition.
@@ -51,13 +57,13 @@ _COARSE_SLACK = 0.09
 #: one heavy node a round; the finest level rebalances without a cap)
 _COARSE_ROUNDS = 3
 #: coarsest level of the first V-cycle: parts regrown this many times (from the start's parts, then from
-#: the best so far), FM stalling after a quarter of the level's nodes (measured on the gmsh family:
-#: 2 regrows kept the worst refined cut at 1.14x METIS's, 4 regrows cost 0.1x METIS's time more at ~10k
-#: nodes for no better worst case; stalling after all nodes cost 3x the time for the same cuts)
+#: the best so far), FM stalling after a quarter of the level's nodes (measured on the gmsh family: 4
+#: regrows cost 0.1x METIS's time more at ~10k nodes for no better worst cut; stalling after all nodes
+#: cost 3x the time for the same cuts)
 _REGROWS, _COARSEST_STALL_DIV = 2, 4
 #: the first V-cycle uncoarsens again from the majority parts of its result on the same hierarchy (measured
-#: on the gmsh family, 7 parts: the worst refined cut went from 1.21-1.33x METIS's to 1.08-1.14x; the
-#: coarsest level's tries from a geometric start foretell the final cut poorly, a refined result's parts do)
+#: on the gmsh family, 7 parts, seed 0: the worst refined cut went from 1.21-1.33x METIS's to 1.11-1.12x, for
+#: about 1.5x the time; uncoarsening the first pass only to a quarter of the nodes left 1.18-1.20x)
 _RESTARTS = 1
 #: at the coarsest level, pieces of parts may merge into neighbours up to this x the mean weight
 #: before rebalancing (measured: the fragmented parts of space-filling curves need it)
@@ -127,9 +133,8 @@ def multilevel_refine(
             ``imbalance + 0.09``: clusters may then grow to 4.5% of a part, so coarsening goes deep
             enough for moves across thin layers); the finer levels rebalance to ``imbalance``.
         cycles: at most this many V-cycles (default 1), each from the best result so far with a
-            new matching: the first matches across parts, the others inside parts; from the
-            second on, the next runs only if this one lowered the cut. A second cycle lowered the
-            cut by 0-7% on the gmsh family for about 1.4x the time.
+            new matching: the first matches across parts (and uncoarsens twice), the others inside
+            parts, each only while the one before lowered the cut.
         seed: varies the matching and the tie-breaks; the same input and seed give the same result.
         repair: merge the disconnected pieces of parts into neighbouring parts (see the module
             docstring).
@@ -148,22 +153,22 @@ def multilevel_refine(
     max_w = imbalance * mean * (1 + 1e-12)
     coarse_w = (imbalance + _COARSE_SLACK if coarse_imbalance is None else coarse_imbalance) * mean
     salt = int(seed) * 1_000_003
-    if not K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt):
+    if not K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1,
+                       *K.boundary_candidates(indptr, indices, assign)):
         assign = np.array(assignment, dtype=np.int64, copy=True)  # keep the input's balance, refine within it
-        K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _STALL, _MIN_GAIN, salt)
+        K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _STALL, _MIN_GAIN, salt,
+                    *K.boundary_candidates(indptr, indices, assign))
         return assign
     best, best_cut = assign, K.cut_weight(indptr, indices, data, assign)
     free = True
     for cycle in range(max(1, int(cycles))):
-        out = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w), salt + 7 * cycle,
-                       free=free, restarts=_RESTARTS)
-        cut = K.cut_weight(indptr, indices, data, out)
+        out, cut = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w),
+                            salt + 7 * cycle, free=free, restarts=_RESTARTS)
         if cut < best_cut - 1e-9 * max(best_cut, 1.0):
             best, best_cut = out, cut
         elif free:  # the input beats what matching across parts found: refine it in place instead
-            out = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w), salt + 3,
-                           free=False)
-            cut = K.cut_weight(indptr, indices, data, out)
+            out, cut = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w), salt + 3,
+                                free=False)
             if cut < best_cut - 1e-9 * max(best_cut, 1.0):
                 best, best_cut = out, cut
         else:
@@ -177,49 +182,41 @@ def multilevel_refine(
 def _coarsest(g, a, num_parts, bound, total, salt, grow):
     """Refine the coarsest level's parts ``a``; with ``grow``, also parts regrown by greedy graph growing
     (:func:`~meshshard.partitioners._refine_numba.grow_parts`) from ``a`` and then from the best result so far.
-    Returns the results within ``bound`` plus one node weight (coarse nodes are too heavy to balance
-    exactly; the finer levels rebalance), lowest cut first (``a`` refined when none is)."""
+    Returns ``(parts, listed)`` (``listed``: its boundary candidates, see
+    :func:`~meshshard.partitioners._refine_numba.boundary_candidates`) of the lowest cut within ``bound`` plus one
+    node weight (coarse nodes are too heavy to balance exactly; the finer levels rebalance)."""
     limit = bound + float(g[3].max())
     stall = max(_STALL // 2, (g[0].shape[0] - 1) // _COARSEST_STALL_DIV)
-    tries = []
+    best = None  # (cut, parts, listed)
     for attempt in range(1 + _REGROWS if grow else 1):
-        best = min(tries, key=lambda t: t[0])[1] if tries else a
-        start = a.copy() if attempt == 0 else K.grow_parts(*g, a if attempt == 1 else best, num_parts,
+        start = a.copy() if attempt == 0 else K.grow_parts(*g, a if attempt == 1 or best is None else best[1], num_parts,
                                                            total / num_parts, salt + 101 * attempt)
         K.repair_components(*g, start, num_parts, _REPAIR_SLACK * total / num_parts)
-        K.rebalance(*g, start, num_parts, bound, salt)
-        K.fm_refine(*g, start, num_parts, bound, _PASSES, stall, _MIN_GAIN, salt)
-        if np.bincount(start, weights=g[3], minlength=num_parts).max() <= limit:
-            tries.append((K.cut_weight(*g[:3], start), start))
-        elif attempt == 0 and not grow:
-            tries.append((np.inf, start))
-    return min(tries, key=lambda t: t[0])[1] if tries else a
+        cands = K.boundary_candidates(*g[:2], start)
+        K.rebalance(*g, start, num_parts, bound, salt, -1, *cands)
+        cut = K.fm_refine(*g, start, num_parts, bound, _PASSES, stall, _MIN_GAIN, salt, *cands)
+        if not grow or np.bincount(start, weights=g[3], minlength=num_parts).max() <= limit:
+            if best is None or cut < best[0]:
+                best = (cut, start, cands[0])
+    if best is None:  # no try within the limit: the finer levels rebalance the start's
+        start = a.copy()
+        return start, K.boundary_candidates(*g[:2], start)[0]
+    return best[1], best[2]
 
 
-def _refine_level(levels, level, a, num_parts, max_w, coarse_w, salt):
-    """Project ``a`` from level ``level + 1`` to ``level`` and refine it there."""
+def _refine_level(levels, level, a, listed, num_parts, max_w, coarse_w, salt):
+    """Project ``a`` and its boundary candidates ``listed`` from level ``level + 1`` to ``level`` and refine it
+    there -> ``(parts, listed, cut)``."""
     cmap, g = levels[level]
     a = a[cmap]
-    # the bound tightens level by level, so the finest level has little left to rebalance
-    bound = max_w + (coarse_w - max_w) * level / max(len(levels), 1)
+    cands = K.project_candidates(cmap, listed)
+    # the bound tightens level by level to max_w one level above the finest, so the finest level, the
+    # largest, has little left to rebalance (measured: 0.9x the time of reaching max_w at the finest, same cuts)
+    bound = max_w + (coarse_w - max_w) * max(level - 1, 0) / max(len(levels) - 1, 1)
     nl = g[0].shape[0] - 1
-    K.rebalance(*g, a, num_parts, bound, salt + level, _COARSE_ROUNDS if level else -1)
-    K.fm_refine(*g, a, num_parts, bound, _PASSES, max(_STALL, nl // _STALL_DIV), _MIN_GAIN, salt + level)
-    return a
-
-
-def _majority(to_coarse, fine, vw, num_coarse, num_parts):
-    """Each coarse node's part: the one holding most of its fine nodes' weight (ties: the lowest id).
-    None when a part holds no coarse node."""
-    # sparse votes: a dense [nc, P] table would grow as P^2 where coarsening stalls early
-    keys, inverse = np.unique(to_coarse * num_parts + fine, return_inverse=True)
-    coarse, part = np.divmod(keys, num_parts)
-    order = np.lexsort((-np.bincount(inverse, weights=vw), coarse))  # heaviest part first
-    first = np.ones(order.shape[0], dtype=bool)
-    first[1:] = coarse[order][1:] != coarse[order][:-1]
-    a = np.empty(num_coarse, dtype=np.int64)
-    a[coarse[order][first]] = part[order][first]
-    return a if np.unique(a).shape[0] == num_parts else None
+    K.rebalance(*g, a, num_parts, bound, salt + level, _COARSE_ROUNDS if level else -1, *cands)
+    cut = K.fm_refine(*g, a, num_parts, bound, _PASSES, max(_STALL, nl // _STALL_DIV), _MIN_GAIN, salt + level, *cands)
+    return a, cands[0], cut
 
 
 def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt, free, restarts=0):
@@ -253,14 +250,15 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
     best, best_cut = assign, np.inf
     for restart in range(1 + (restarts if free else 0)):
         if free:
-            a = _majority(to_coarse, best, vw, g[0].shape[0] - 1, num_parts)
-            if a is None:  # a part lost every cluster: this start cannot help
+            a = K.majority_parts(to_coarse, best, vw, g[0].shape[0] - 1, num_parts)
+            if np.unique(a).shape[0] < num_parts:  # a part lost every cluster: this start cannot help
                 break
-        a = _coarsest(g, a, num_parts, max_w + (coarse_w - max_w) * (top > 0), total, salt + top + 5 * restart, grow=free)
+        a, listed = _coarsest(g, a, num_parts, max_w + (coarse_w - max_w) * (top > 0), total, salt + top + 5 * restart,
+                              grow=free)
+        cut = K.cut_weight(indptr, indices, data, a) if top == 0 else np.inf
         for level in range(top - 1, -1, -1):
-            a = _refine_level(levels, level, a, num_parts, max_w, coarse_w, salt + 5 * restart)
-        if np.bincount(a, weights=vw, minlength=num_parts).max() <= max_w and np.bincount(a, minlength=num_parts).min() > 0:
-            cut = K.cut_weight(indptr, indices, data, a)
-            if cut < best_cut:
-                best, best_cut = a, cut
-    return best  # assign when the finest level could not restore the bound
+            a, listed, cut = _refine_level(levels, level, a, listed, num_parts, max_w, coarse_w, salt + 5 * restart)
+        if np.bincount(a, weights=vw, minlength=num_parts).max() <= max_w and np.bincount(a, minlength=num_parts).min() > 0 \
+                and cut < best_cut:
+            best, best_cut = a, cut
+    return best, best_cut  # (assign, inf) when the finest level could not restore the bound

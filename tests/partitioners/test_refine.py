@@ -164,3 +164,44 @@ def test_grow_parts_regrows_compact_balanced_parts_from_a_scattered_start():
     assert loads.min() >= 75 and loads.max() <= 125
     assert K.cut_weight(indptr, indices, data, out) < 0.25 * K.cut_weight(indptr, indices, data, start)
     assert (K.grow_parts(indptr, indices, data, np.ones(400), start, 4, 100.0, 0) == out).all()
+
+
+def test_majority_parts_is_the_heaviest_part_of_each_cluster():
+    from meshshard.partitioners import _refine_numba as K
+
+    rng = np.random.default_rng(1)
+    n, nc, p = 3000, 200, 9
+    to_coarse, fine = rng.integers(0, nc, n), rng.integers(0, p, n)
+    w = rng.integers(0, 3, n).astype(float)  # zero weights and many ties
+    table = np.zeros((nc, p))
+    np.add.at(table, (to_coarse, fine), w)
+    present = np.zeros((nc, p), dtype=bool)
+    present[to_coarse, fine] = True
+    table[~present] = -1.0  # a part with no member never wins, even at weight 0
+    assert np.array_equal(K.majority_parts(to_coarse, fine, w, nc, p), table.argmax(1))  # argmax: lowest id on ties
+
+
+def test_projected_candidates_cover_the_finer_levels_boundary():
+    from meshshard.partitioners import _refine_numba as K
+    from meshshard.partitioners.multilevel import _csr
+
+    ei, xy = _grid(30)
+    indptr, indices, data = _csr(ei, 900, None)
+    vw = np.ones(900)
+    cmap, nc = K.match_in_parts(indptr, indices, data, vw, np.zeros(900, dtype=np.int64), 4.0, 3)
+    coarse = K.contract(indptr, indices, data, vw, cmap, nc)
+    coarse_parts = np.random.default_rng(2).integers(0, 4, nc)
+    listed_coarse, _, count = K.boundary_candidates(coarse[0], coarse[1], coarse_parts)
+    assert 0 < count[0] < nc
+    listed, cand, count = K.project_candidates(cmap, listed_coarse)
+    fine = coarse_parts[cmap]
+    boundary = np.zeros(900, dtype=bool)
+    boundary[ei[0][fine[ei[0]] != fine[ei[1]]]] = True
+    assert listed[boundary].all() and np.array_equal(np.sort(cand[:count[0]]), np.flatnonzero(listed))
+    assert count[0] < 900  # interior clusters stay out
+    # FM keeps the list a superset of the boundary as it moves nodes, and returns the cut it leaves
+    cut = K.fm_refine(indptr, indices, data, vw, fine, 4, 1.1 * 225, 4, 32, 1e-3, 0, listed, cand, count)
+    assert cut == K.cut_weight(indptr, indices, data, fine)
+    boundary = np.zeros(900, dtype=bool)
+    boundary[ei[0][fine[ei[0]] != fine[ei[1]]]] = True
+    assert listed[boundary].all()
