@@ -62,7 +62,7 @@ _COARSE_ROUNDS = 3
 #: cost 3x the time for the same cuts)
 _REGROWS, _COARSEST_STALL_DIV = 2, 4
 #: the first V-cycle uncoarsens again from the majority parts of its result on the same hierarchy (measured
-#: on the gmsh family, 7 parts, seed 0: the worst refined cut went from 1.21-1.33x METIS's to 1.11-1.12x, for
+#: on the gmsh family, 7 parts, seed 0: the worst refined cut went from 1.18-1.21x METIS's to 1.09-1.14x, for
 #: about 1.5x the time; uncoarsening the first pass only to a quarter of the nodes left 1.18-1.20x)
 _RESTARTS = 1
 #: at the coarsest level, pieces of parts may merge into neighbours up to this x the mean weight
@@ -220,7 +220,8 @@ def _refine_level(levels, level, a, listed, num_parts, max_w, coarse_w, salt):
 
 
 def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt, free, restarts=0):
-    """One V-cycle from a partition within ``max_w``; returns a partition within ``max_w``.
+    """One V-cycle from a partition within ``max_w`` -> ``(parts within max_w, their cut)``; ``(assign, inf)``
+    when no pass ends within the bound.
 
     ``free``: match across parts too (as METIS coarsens) and start the coarsest level from each
     cluster's majority part; else match inside parts only, so the coarsest level starts from
@@ -261,4 +262,4 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
         if np.bincount(a, weights=vw, minlength=num_parts).max() <= max_w and np.bincount(a, minlength=num_parts).min() > 0 \
                 and cut < best_cut:
             best, best_cut = a, cut
-    return best, best_cut  # (assign, inf) when the finest level could not restore the bound
+    return best, best_cut
