@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from meshshard.cli._mesh_cmd import METHODS, load_mesh_and_graph, progress, run_partition
-from meshshard.datasets.fields import DEFAULT_KNN, parse_field
+from meshshard.datasets.fields import DEFAULT_KNN
 
 HELP = "draw a partition (cells coloured by part, ghost nodes marked, part sizes) or a point field (--field, --compare)"
 
@@ -52,9 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     fields.add_argument("--field", metavar="NAME", help="draw this point field: 2D filled contours on the cells, 3D "
                         "the boundary surface, point clouds coloured points; a vector field's magnitude, or one "
                         "component as NAME[i] (e.g. velocity_pred[0]). With --compare: the prediction to compare")
-    fields.add_argument("--compare", metavar="TRUTH", help="draw TRUTH, its prediction TRUTH_pred (or --field) and "
-                        "the error (TRUTH_error when the file has it, else prediction - truth) side by side: truth "
-                        "and prediction share their colour limits, the error map is diverging and symmetric")
+    fields.add_argument("--compare", metavar="TRUTH", help="draw TRUTH, its prediction (or --field) and the error "
+                        "side by side, the prediction and error fields found as `meshshard predict` named them "
+                        "(NAME_pred / NAME_error, or NAME_<i>_pred / NAME_<i>_error per component; prediction - "
+                        "truth when there is no error field): truth and prediction share their colour limits, the "
+                        "error map is diverging and symmetric")
     fields.add_argument("--units", help="the field's units, shown on the colour bars")
     from meshshard.viz import DEFAULT_VIEW
 
@@ -140,14 +142,14 @@ def _run_field(args, src: Path, out: Path) -> int:
         bar.update()
         bar.set_postfix_str(f"drawing {out.name}")
         if args.compare is not None:
-            pred, error = prediction_field_names(args.compare)
             if args.field is not None:  # another prediction: the file's error field belongs to the default one
                 pred, error = args.field, None
-            elif parse_field(error)[0] not in mesh.point_data:
-                error = None
+            else:
+                pred, error = prediction_field_names(args.compare, mesh)
+            shown = pred if isinstance(pred, str) else " and ".join(pred)
             plot_field_comparison(mesh, args.compare, pred, error, path=out, units=args.units, view=view,
                                   zoom=args.zoom, dpi=args.dpi,
-                                  title=f"{src.name}: {args.compare}, prediction {pred} and error")
+                                  title=f"{src.name}: {args.compare}, prediction {shown} and error")
         else:
             plot_field(mesh, args.field, path=out, units=args.units, view=view, zoom=args.zoom, dpi=args.dpi,
                        title=f"{src.name}: {args.field} ({mesh.num_nodes:,} nodes)")

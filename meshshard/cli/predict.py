@@ -286,7 +286,8 @@ def write_prediction(path, mesh, pred: torch.Tensor, targets: Sequence[str], tar
         source: the file ``mesh`` was read from (see :func:`write_vtu`).
 
     Returns:
-        per target column ``{"mse", "rel_l2", "max_abs"}``, or ``None`` when ``mesh`` lacks a target field.
+        per target column ``{"mse", "rel_l2", "max_abs"}`` (``rel_l2`` NaN where the column's truth
+        is all zero), or ``None`` when ``mesh`` lacks a target field.
     """
     from meshshard.datasets.fields import POSITION_FIELD, parse_field, select_fields
     from meshshard.tensor import max_abs_error, relative_l2_error
@@ -310,8 +311,9 @@ def write_prediction(path, mesh, pred: torch.Tensor, targets: Sequence[str], tar
     write_vtu(path, mesh, fields, source=source)
     if truth is None:
         return None
+    # an error relative to an all-zero truth is undefined (it was inf): NaN, and MSE / max |error| tell the size
     return {c: {"mse": float(((pred[:, j] - truth[:, j]) ** 2).mean()),
-                "rel_l2": float(relative_l2_error(pred[:, j], truth[:, j])),
+                "rel_l2": float(relative_l2_error(pred[:, j], truth[:, j])) if truth[:, j].any() else float("nan"),
                 "max_abs": float(max_abs_error(pred[:, j], truth[:, j]))}
             for j, c in enumerate(target_columns)}
 

@@ -10,7 +10,7 @@ Figures are made with :class:`matplotlib.figure.Figure` directly (no pyplot), as
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -23,7 +23,8 @@ from meshshard.viz.partition_plot import (_MAX_FACES_3D, _MAX_POINTS_3D, PathLik
 
 __all__ = ["field_values", "prediction_field_names", "plot_field", "plot_field_comparison", "DEFAULT_VIEW"]
 
-FieldLike = Union[str, np.ndarray, torch.Tensor]
+FieldSpec = Union[str, List[str]]
+FieldLike = Union[str, Sequence[str], np.ndarray, torch.Tensor]
 View = Tuple[float, float]
 
 #: (elevation, azimuth) of the camera of 3D field plots: the box's front, top and right side in view
@@ -31,50 +32,146 @@ DEFAULT_VIEW: View = (25.0, -60.0)
 _LEVELS = 32  # filled-contour bands in 2D: smooth to the eye, still showing iso-lines' shape
 
 
-def field_values(mesh: Mesh, spec: str) -> Tuple[np.ndarray, str]:
+def field_values(mesh: Mesh, spec: Union[str, Sequence[str]]) -> Tuple[np.ndarray, str]:
     """One value per node of a point field of ``mesh``, and a label for it.
 
     ``"pressure"``: the field itself; a vector field ``"velocity"`` ([N, 3]): its magnitude,
     labelled ``"|velocity|"``; ``"velocity[0]"``: component 0; ``"velocity[0,1]"``: the magnitude
-    of components 0 and 1.
+    of components 0 and 1. A list of specs takes their columns together (``["velocity_0_pred",
+    "velocity_1_pred"]``: the magnitude of both, as :func:`prediction_field_names` may give them).
 
     Args:
         mesh: a :class:`~meshshard.io.Mesh` with ``point_data``.
-        spec: ``"name"`` or ``"name[i,...]"`` (see :func:`meshshard.datasets.parse_field`).
+        spec: ``"name"`` or ``"name[i,...]"`` (see :func:`meshshard.datasets.parse_field`), or a
+            list of them.
 
     Returns:
         ``(values [N] float64, label)``.
 
     Raises:
-        ValueError: the field does not exist (the message lists the point fields that do), a
-            component is out of range, or a value is NaN / inf.
+        ValueError: a field does not exist (the message lists the point fields that do), a
+            component is out of range, a value is NaN / inf, or the list is empty.
     """
-    cols = select_fields(mesh, [spec])  # [N, C]; names the available fields when missing
-    name, comps = parse_field(spec)
+    specs = [spec] if isinstance(spec, str) else list(spec)
+    if not specs:
+        raise ValueError("field_values needs a field spec, got an empty list")
+    cols = select_fields(mesh, specs)  # [N, C]; names the available fields when missing
+    if len(specs) == 1:
+        name, comps = parse_field(specs[0])
+        label = name if comps is None else f"{name}[{','.join(str(c) for c in comps)}]"
+    else:
+        label = ", ".join(specs)
     if cols.shape[1] == 1:
-        return cols[:, 0], name if comps is None else f"{name}[{comps[0]}]"
-    label = name if comps is None else f"{name}[{','.join(str(c) for c in comps)}]"
+        return cols[:, 0], label
     return np.linalg.norm(cols, axis=1), f"|{label}|"
 
 
-def prediction_field_names(truth: str) -> Tuple[str, str]:
+# pred - error gives back the truth a prediction column was compared with, to rounding (of a float32
+# file too); a relative tolerance well above that tells the components of a field apart
+_SAME_TRUTH_RTOL = 1e-5
+
+
+def prediction_field_names(truth: str, mesh: Optional[Mesh] = None) -> Tuple[FieldSpec, Optional[FieldSpec]]:
     """The point fields ``meshshard predict`` and ``meshshard demo`` write beside a target.
+
+    Without ``mesh``: the names for a target ``truth`` (``"pressure"`` -> ``("pressure_pred",
+    "pressure_error")``, ``"velocity[0]"`` -> ``("velocity_pred[0]", "velocity_error[0]")``,
+    component 0 of a whole-field prediction).
+
+    With ``mesh`` (a file ``meshshard predict`` wrote): the fields of ``mesh`` that hold the
+    prediction and error of ``truth``'s components, whichever way predict named them: a model
+    trained on ``velocity[0,2]`` wrote ``velocity_pred`` with 2 columns, so ``"velocity[2]"`` is
+    ``"velocity_pred[1]"``; one trained on ``velocity[0]`` and ``velocity[1]`` wrote
+    ``velocity_0_pred`` and ``velocity_1_pred``, so ``"velocity[0,1]"`` is both of them (a list).
+    Which components a ``<name>_pred`` field holds is read from ``<name>_pred - <name>_error``,
+    the truth each column was compared with; without the error field, a ``<name>_pred`` of as many
+    columns as the field holds all of them, one of as many as ``truth`` asks for holds those.
 
     Args:
         truth: a field spec, ``"pressure"`` or ``"velocity[0]"``.
+        mesh: a :class:`~meshshard.io.Mesh` with the truth and the prediction as point data.
 
     Returns:
-        ``(prediction spec, error spec)``: ``("pressure_pred", "pressure_error")``, or
-        ``("velocity_pred[0]", "velocity_error[0]")`` (the components stay with the name).
+        ``(prediction, error)``: field specs for :func:`field_values` (a spec, or a list of specs
+        whose columns go together); with ``mesh``, ``error`` is ``None`` when the file has none.
+
+    Raises:
+        ValueError: ``mesh`` lacks the truth, or holds no prediction of some of its components
+            (the message names the point fields it has, or the components that were predicted).
     """
     name, comps = parse_field(truth)
-    suffix = "" if comps is None else f"[{','.join(str(c) for c in comps)}]"
-    return f"{name}_pred{suffix}", f"{name}_error{suffix}"
+    if mesh is None:
+        suffix = "" if comps is None else f"[{','.join(str(c) for c in comps)}]"
+        return f"{name}_pred{suffix}", f"{name}_error{suffix}"
+    select_fields(mesh, [truth])  # the truth exists and has these components
+    t = select_fields(mesh, [name])  # [N, m]
+    want = list(range(t.shape[1])) if comps is None else comps
+    fields = mesh.point_data
+    pred, error = f"{name}_pred", f"{name}_error"
+    if pred in fields:
+        p = select_fields(mesh, [pred])
+        e = select_fields(mesh, [error]) if error in fields else None
+        if e is not None and e.shape != p.shape:
+            raise ValueError(f"{error!r} has {e.shape[1]} columns but {pred!r} {p.shape[1]}: not a prediction "
+                             "file of meshshard predict")
+        cols = _prediction_columns(truth, t, p, e, want, pred, error)
+        if cols == list(range(p.shape[1])):
+            return pred, None if e is None else error
+        sel = f"[{','.join(str(c) for c in cols)}]"
+        return pred + sel, None if e is None else error + sel
+    split = [f"{name}_{c}_pred" for c in want]  # two targets of one field: a field per column
+    if all(s in fields for s in split):
+        errors = [f"{name}_{c}_error" for c in want]
+        if not all(s in fields for s in errors):
+            errors = None
+        return (split[0], errors and errors[0]) if len(want) == 1 else (split, errors)
+    predicted = [c for c in range(t.shape[1]) if f"{name}_{c}_pred" in fields]
+    where = f" in {mesh.source.name}" if mesh.source is not None else ""
+    if predicted:
+        raise ValueError(f"{truth!r}: only components {predicted} of {name!r} have a prediction{where} "
+                         f"({', '.join(f'{name}_{c}_pred' for c in predicted)})")
+    raise ValueError(f"no prediction of {truth!r}{where}: no point field {pred!r} or {name}_<i>_pred; "
+                     f"its point fields: {sorted(fields)}")
+
+
+def _prediction_columns(truth, t, p, e, want, pred, error) -> List[int]:
+    """The columns of the prediction ``p`` [N, k] of the truth field ``t`` [N, m] that predict
+    components ``want``, checked against (or, when the model's components are not the obvious
+    ones, read from) the error field ``e`` = ``p`` - truth [N, k] when there is one."""
+    k, m = p.shape[1], t.shape[1]
+    if e is not None:
+        held = p - e  # the truth column each prediction column was compared with
+        scale = np.maximum(np.abs(p).max(0, initial=0.0), np.abs(e).max(0, initial=0.0))
+        match = [{c for c in range(m) if np.abs(held[:, j] - t[:, c]).max(initial=0.0)
+                  <= _SAME_TRUTH_RTOL * max(scale[j], np.abs(t[:, c]).max(initial=0.0))} for j in range(k)]
+    # the obvious readings first: all of the field (a whole-field target), or the components asked for
+    for held_comps in ([list(range(m))] if k == m else []) + ([want] if len(want) == k else []):
+        if e is None or all(c in match[j] for j, c in enumerate(held_comps)):
+            return [held_comps.index(c) for c in want]
+    name = parse_field(truth)[0]
+    if e is None:
+        raise ValueError(f"{pred!r} holds {k} of the {m} components of {name!r} and there is no {error!r} to tell "
+                         f"which: compare {name}[i,...] with the {k} components the model predicts")
+    if not any(match):
+        raise ValueError(f"{pred!r} - {error!r} is no component of {name!r}: the file's {name!r} is not the truth "
+                         "the prediction was compared with")
+    cols = []
+    for c in want:
+        js = [j for j in range(k) if c in match[j]]
+        if not js:
+            predicted = sorted(set().union(*match))
+            raise ValueError(f"{truth!r}: {pred!r} predicts components {predicted} of {name!r} (read from "
+                             f"{error!r}), not {c}")
+        if len(js) > 1:
+            raise ValueError(f"{truth!r} is ambiguous: columns {js} of {pred!r} were all compared with component {c} "
+                             f"of {name!r} (equal truth values)")
+        cols.append(js[0])
+    return cols
 
 
 def _values(mesh: Mesh, field: FieldLike, what: str) -> Tuple[np.ndarray, str]:
     """A field spec looked up in ``mesh``, or an array [N] / [N, C] (magnitude when C > 1)."""
-    if isinstance(field, str):
+    if isinstance(field, str) or (isinstance(field, (list, tuple)) and all(isinstance(f, str) for f in field)):
         return field_values(mesh, field)
     v = field.detach().cpu().numpy() if isinstance(field, torch.Tensor) else np.asarray(field)
     if v.ndim not in (1, 2) or v.shape[0] != mesh.num_nodes:
@@ -315,10 +412,12 @@ def plot_field_comparison(
 
     Args:
         mesh_or_points: a :class:`~meshshard.io.Mesh`, or points ``[N, 2]`` / ``[N, 3]``.
-        truth, pred: field names in ``mesh.point_data`` (see :func:`field_values`; vector
-            fields become magnitudes) or arrays / tensors ``[N]`` (``[N, C]``: magnitude).
-        error: the error field (name or ``[N]`` array), e.g. ``"pressure_error"`` as ``meshshard
-            predict`` writes it; default ``pred - truth``.
+        truth, pred: field specs of ``mesh.point_data`` (see :func:`field_values`; vector
+            fields become magnitudes; a list of specs takes their columns together) or arrays /
+            tensors ``[N]`` (``[N, C]``: magnitude).
+        error: the error field (spec(s) or ``[N]`` array), e.g. ``"pressure_error"`` as ``meshshard
+            predict`` writes it (``prediction_field_names(truth, mesh)`` finds a file's prediction
+            and error fields); default ``pred - truth``.
         path: save the figure there (PNG, PDF, SVG by suffix; written atomically).
         title: the figure's title (default: the mesh's name and size).
         units: the fields' units, shown on every colour bar as ``[units]``.

@@ -120,9 +120,9 @@ def test_plot_compare_picks_prediction_and_error_fields(predicted_vtu, tmp_path,
     m = meshio.read(predicted_vtu)
     del m.point_data["pressure_error"]
     meshio.write(predicted_vtu, m)
-    assert main(["plot", str(predicted_vtu), "--compare", "velocity[0]", "-o", png, "-q"]) == 0
+    assert main(["plot", str(predicted_vtu), "--compare", "pressure", "-o", png, "-q"]) == 0
     assert calls == [("pressure", "pressure_pred", "pressure_error"), ("pressure", "vorticity_mag", None),
-                     ("velocity[0]", "velocity_pred[0]", None)]
+                     ("pressure", "pressure_pred", None)]
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -131,7 +131,9 @@ def test_plot_compare_picks_prediction_and_error_fields(predicted_vtu, tmp_path,
     (["--compare", "pressure", "-k", "2", "--no-zoom"], "-k, --no-zoom: only for a partition plot"),
     (["--field", "pressure", "--sample", "0"], "--sample: only for a partition plot"),
     (["-k", "2", "--units", "Pa"], "--units: only with --field / --compare"),
-    (["--compare", "velocity"], "'velocity_pred' not found"),
+    (["--compare", "velocity"], "no prediction of 'velocity' in cyl.vtu: no point field 'velocity_pred' or "
+                                "velocity_<i>_pred; its point fields: ['pressure', 'pressure_error', 'pressure_pred'"),
+    (["--compare", "velocity[3]"], "'velocity[3]' asks for [3]"),
 ])
 def test_plot_field_bad_input(predicted_vtu, tmp_path, capsys, argv, needle):
     assert main(["plot", str(predicted_vtu), *argv, "-o", str(tmp_path / "a.png"), "-q"]) == 2
@@ -142,3 +144,124 @@ def test_plot_field_bad_input(predicted_vtu, tmp_path, capsys, argv, needle):
 def test_plot_field_of_a_folder_is_refused(tmp_path, capsys):
     assert main(["plot", str(tmp_path), "--field", "pressure", "-o", str(tmp_path / "a.png"), "-q"]) == 2
     assert "is a folder" in capsys.readouterr().err
+
+
+def _grid_mesh():
+    """A 12 x 6 quad mesh with a vector field ``vel`` [N, 3] and a scalar ``p``."""
+    from meshshard.io import Mesh
+
+    nx, ny = 12, 6
+    xs, ys = np.meshgrid(np.linspace(0.0, 2.0, nx), np.linspace(0.0, 1.0, ny))
+    pts = np.stack([xs.ravel(), ys.ravel()], axis=1)
+    quads = [[j * nx + i, j * nx + i + 1, (j + 1) * nx + i + 1, (j + 1) * nx + i]
+             for j in range(ny - 1) for i in range(nx - 1)]
+    vel = np.stack([np.sin(3 * pts[:, 0]), pts[:, 1] - 0.5, pts[:, 0] * pts[:, 1]], axis=1)
+    return Mesh(pts, {"quad": quads}, point_data={"vel": vel, "p": pts[:, 0] ** 2})
+
+
+def _model(mesh, column):
+    """A made-up prediction of one target column (``p`` or ``vel_<c>``): off by a different amount per component."""
+    if column == "p":
+        return 1.1 * mesh.point_data["p"] + 0.3
+    c = int(column.split("_")[1])
+    return 1.1 * mesh.point_data["vel"][:, c] + 0.3 * (c + 1)
+
+
+def _write_predicted(path, targets, with_error=True):
+    """What `meshshard predict` writes for a model trained on ``targets`` (its write_prediction)."""
+    import meshio
+    import torch
+
+    from meshshard.cli.predict import write_prediction
+    from meshshard.datasets import field_columns
+
+    mesh = _grid_mesh()
+    columns = field_columns(mesh, targets)
+    pred = torch.from_numpy(np.stack([_model(mesh, c) for c in columns], axis=1))
+    write_prediction(path, mesh, pred, targets, columns)
+    if not with_error:
+        m = meshio.read(path)
+        m.point_data = {k: v for k, v in m.point_data.items() if not k.endswith("_error")}
+        meshio.write(path, m)
+    return mesh
+
+
+def _bar(fig, label):
+    """(low, high) of the colour bar labelled ``label``."""
+    (bar,) = [a for a in fig.axes if a.get_ylabel() == label]
+    return bar.get_ylim()
+
+
+@pytest.mark.parametrize("targets,spec,pred,error", [
+    (["vel[0,2]"], "vel[0,2]", "vel_pred", "vel_error"),  # a field's selected components: its columns
+    (["vel[0,2]"], "vel[2]", "vel_pred[1]", "vel_error[1]"),
+    (["vel[2,0]", "p"], "vel[0]", "vel_pred[1]", "vel_error[1]"),  # components in another order
+    (["vel[2,0]", "p"], "p", "p_pred", "p_error"),
+    (["vel[1]"], "vel[1]", "vel_pred", "vel_error"),  # one component
+    (["vel[0]", "vel[1]"], "vel[1]", "vel_1_pred", "vel_1_error"),  # two targets of one field: by column
+    (["vel[0]", "vel[1]"], "vel[0,1]", ["vel_0_pred", "vel_1_pred"], ["vel_0_error", "vel_1_error"]),
+    (["vel"], "vel[2]", "vel_pred[2]", "vel_error[2]"),  # the whole field
+    (["vel"], "vel", "vel_pred", "vel_error"),
+])
+def test_plot_compare_every_prediction_naming(tmp_path, monkeypatch, targets, spec, pred, error):
+    """--compare SPEC on what predict wrote for each kind of target draws the truth, the prediction and
+    the error of SPEC's components (the values and the colour bars of the three panels checked)."""
+    import meshshard.viz
+    from meshshard.datasets import parse_field
+    from meshshard.io import read_mesh
+    from meshshard.viz import field_values
+
+    vtu = tmp_path / "out.vtu"
+    mesh = _write_predicted(vtu, targets)
+    name, comps = parse_field(spec)
+    truth = mesh.point_data[name].reshape(mesh.num_nodes, -1)[:, comps if comps is not None else slice(None)]
+    columns = [name] if name == "p" else [f"{name}_{c}" for c in (comps if comps is not None else range(3))]
+    want_pred = np.stack([_model(mesh, c) for c in columns], axis=1)
+    want = {"truth": truth, "pred": want_pred, "error": want_pred - truth}
+    want = {k: v[:, 0] if v.shape[1] == 1 else np.linalg.norm(v, axis=1) for k, v in want.items()}
+    real, drawn = meshshard.viz.plot_field_comparison, []
+    monkeypatch.setattr(meshshard.viz, "plot_field_comparison",
+                        lambda m, t, p, e, **kw: drawn.append((m, t, p, e, real(m, t, p, e, **kw))))
+    png = tmp_path / "cmp.png"
+    assert main(["plot", str(vtu), "--compare", spec, "-o", str(png), "--dpi", "30", "-q"]) == 0
+    (m, t, p, e, fig), = drawn
+    assert (t, p, e) == (spec, pred, error)
+    assert m.num_nodes == mesh.num_nodes and sorted(m.point_data) == sorted(read_mesh(vtu).point_data)
+    for what, field in (("truth", t), ("pred", p), ("error", e)):
+        np.testing.assert_allclose(field_values(m, field)[0], want[what], rtol=1e-6, atol=1e-12)
+    shared = (min(want["truth"].min(), want["pred"].min()), max(want["truth"].max(), want["pred"].max()))
+    assert np.allclose(_bar(fig, field_values(m, t)[1]), shared)
+    assert np.allclose(_bar(fig, field_values(m, p)[1]), shared)
+    assert np.allclose(_bar(fig, field_values(m, e)[1]), np.array([-1, 1]) * np.abs(want["error"]).max())
+    assert mpimg.imread(png).shape[0] > 50
+
+
+@pytest.mark.parametrize("targets,spec,needle", [
+    (["vel[0,2]"], "vel[1]", "'vel[1]': 'vel_pred' predicts components [0, 2] of 'vel' (read from 'vel_error'), "
+                             "not 1"),
+    (["vel[0,2]"], "vel", "predicts components [0, 2] of 'vel'"),
+    (["vel[0]", "vel[1]"], "vel[2]", "'vel[2]': only components [0, 1] of 'vel' have a prediction in out.vtu "
+                                     "(vel_0_pred, vel_1_pred)"),
+    (["vel[0,2]"], "p", "no prediction of 'p' in out.vtu: no point field 'p_pred' or p_<i>_pred; its point "
+                        "fields: ['p', 'vel', 'vel_error', 'vel_pred']"),
+    (["vel"], "vel[3]", "field 'vel' has 3 components; 'vel[3]' asks for [3]"),
+    (["p"], "q", "point field 'q' not found"),
+])
+def test_plot_compare_bad_spec(tmp_path, capsys, targets, spec, needle):
+    vtu = tmp_path / "out.vtu"
+    _write_predicted(vtu, targets)
+    assert main(["plot", str(vtu), "--compare", spec, "-o", str(tmp_path / "a.png"), "-q"]) == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_plot_compare_without_error_fields(tmp_path, capsys):
+    """Without NAME_error (the file has no record of which components NAME_pred holds): a NAME_pred of
+    the components asked for is taken as them, the error is prediction - truth; else a clear error."""
+    vtu = tmp_path / "out.vtu"
+    _write_predicted(vtu, ["vel[0,2]"], with_error=False)
+    assert main(["plot", str(vtu), "--compare", "vel[0,2]", "-o", str(tmp_path / "a.png"), "--dpi", "30",
+                 "-q"]) == 0
+    assert main(["plot", str(vtu), "--compare", "vel[2]", "-o", str(tmp_path / "b.png"), "-q"]) == 2
+    assert ("'vel_pred' holds 2 of the 3 components of 'vel' and there is no 'vel_error' to tell which"
+            in capsys.readouterr().err)

@@ -254,6 +254,14 @@ def test_write_prediction_fields_metrics_and_bad_shapes(tmp_path, data_dir):
     assert np.isclose(metrics["pressure"]["mse"], np.mean((2 * p) ** 2))
     assert np.isclose(metrics["pressure"]["max_abs"], np.abs(2 * p).max())
 
+    zero = mesh.point_data["velocity"].copy()
+    zero[:, 2] = 0.0  # a 2D flow's third component: relative L2 is undefined (NaN), not inf
+    mesh.point_data["velocity"] = zero
+    metrics = write_prediction(tmp_path / "z.vtu", mesh, torch.ones(mesh.num_nodes, 3), ["velocity"],
+                               field_columns(mesh, ["velocity"]))
+    assert np.isnan(metrics["velocity_2"]["rel_l2"]) and np.isfinite(metrics["velocity_0"]["rel_l2"])
+    assert metrics["velocity_2"]["mse"] == metrics["velocity_2"]["max_abs"] == 1.0
+
     split = ["velocity[0]", "velocity[1]"]  # two targets of one field: the outputs are named by column
     write_prediction(tmp_path / "s.vtu", mesh, pred[:, :2], split, field_columns(mesh, split))
     names = {"velocity_0_pred", "velocity_0_error", "velocity_1_pred", "velocity_1_error"}

@@ -151,3 +151,45 @@ def test_bad_values(cylinder):
     fig = plot_field(cylinder, np.full(n, 3.0), label="constant", dpi=30)  # one value: still a usable bar
     lo, hi = _bar_limits(fig, "constant")
     assert lo < 3.0 < hi
+
+
+def _predicted(vel_pred, vel_error=None, vel=None):
+    """A point cloud with ``vel`` [N, 3] and a prediction of some of its components."""
+    rng = np.random.default_rng(0)
+    vel = rng.normal(size=(40, 3)) if vel is None else vel
+    fields = {"vel": vel, "vel_pred": vel_pred(vel)}
+    if vel_error is not None:
+        fields["vel_error"] = vel_error(vel, fields["vel_pred"])
+    return Mesh.from_points(rng.normal(size=(40, 2)), point_data=fields)
+
+
+def test_prediction_fields_read_from_the_error_field():
+    """Which components a NAME_pred holds comes from NAME_pred - NAME_error; a file whose truth is not the
+    one the prediction was compared with, or whose columns match several components, gets a clear error."""
+    mesh = _predicted(lambda v: 2 * v[:, [2, 1]], lambda v, p: p - v[:, [2, 1]])
+    assert prediction_field_names("vel[1]", mesh) == ("vel_pred[1]", "vel_error[1]")
+    assert prediction_field_names("vel[1,2]", mesh) == ("vel_pred[1,0]", "vel_error[1,0]")
+    assert prediction_field_names("vel[2,1]", mesh) == ("vel_pred", "vel_error")
+    values, label = field_values(mesh, "vel_pred[1,0]")
+    assert label == "|vel_pred[1,0]|" and np.allclose(values, 2 * np.linalg.norm(mesh.point_data["vel"][:, 1:], axis=1))
+    with pytest.raises(ValueError, match=r"'vel_pred' - 'vel_error' is no component of 'vel': the file's 'vel' is "
+                                         "not the truth the prediction was compared with"):
+        prediction_field_names("vel[2,1]", _predicted(lambda v: 2 * v[:, :2], lambda v, p: p - v[:, :2] - 1.0))
+    twin = np.random.default_rng(1).normal(size=(40, 3))
+    twin[:, 2] = twin[:, 0]  # components 0 and 2 equal: a column compared with either
+    mesh = _predicted(lambda v: 2 * v[:, [0, 2]], lambda v, p: p - v[:, [0, 2]], vel=twin)
+    assert prediction_field_names("vel[0,2]", mesh) == ("vel_pred", "vel_error")
+    with pytest.raises(ValueError, match=r"'vel\[2\]' is ambiguous: columns \[0, 1\] of 'vel_pred' were all compared "
+                                         "with component 2"):
+        prediction_field_names("vel[2]", mesh)
+    with pytest.raises(ValueError, match="'vel_error' has 1 columns but 'vel_pred' 2"):
+        prediction_field_names("vel[0,2]", _predicted(lambda v: v[:, :2], lambda v, p: p[:, 0]))
+
+
+def test_field_values_of_several_specs(cylinder):
+    v = cylinder.point_data["velocity"].astype(np.float64)
+    values, label = field_values(cylinder, ["velocity[0]", "pressure_pred"])
+    assert label == "|velocity[0], pressure_pred|"
+    assert np.allclose(values, np.hypot(v[:, 0], cylinder.point_data["pressure_pred"]))
+    with pytest.raises(ValueError, match="empty list"):
+        field_values(cylinder, [])
