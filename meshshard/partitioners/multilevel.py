@@ -13,8 +13,9 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
 
 The first V-cycle matches across parts (as METIS coarsens). Its coarsest level starts from each
 cluster's majority part and, as further tries, from parts regrown by greedy graph growing out of
-those and out of the best try; the lowest cut is uncoarsened. Then it uncoarsens once more, from
-the majority parts of that result on the same hierarchy, and keeps the lower cut: the coarsest cut
+those and out of the best try; the lowest cut is uncoarsened (one FM pass per level). Then it
+uncoarsens once more, from the majority parts of that result on the same hierarchy, and keeps the
+lower cut: the coarsest cut
 of a geometric start foretells the final cut poorly, a refined result's parts do. If the input
 still cuts less (a start already better than what matching across parts finds), a V-cycle that
 matches inside parts refines the input itself; ``cycles > 1`` adds such cycles from the best
