@@ -751,6 +751,22 @@ def _best_frontier_node(p, indptr, indices, data, vw, out, part_w, max_w, ent_no
 
 
 @njit(cache=True)
+def _grow_into(u, p, indptr, indices, vw, out, part_w, last_listed, ent_node, ent_next, head, m):
+    """Give ``u`` to part ``p`` and list its unassigned neighbours on ``p``'s frontier (entries from ``m`` on,
+    unless ``p`` listed them last); returns the new entry count."""
+    out[u] = p
+    part_w[p] += vw[u]
+    for e in range(indptr[u], indptr[u + 1]):
+        v = indices[e]
+        if out[v] < 0 and last_listed[v] != p:
+            last_listed[v] = p
+            ent_node[m], ent_next[m] = v, head[p]
+            head[p] = m
+            m += 1
+    return m
+
+
+@njit(cache=True)
 def grow_parts(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     """Regrow the parts of ``assign`` from one seed each by greedy graph growing -> new int64 ``[n]``.
 
@@ -799,16 +815,8 @@ def grow_parts(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     for p in range(num_parts):
         u = seed[p]
         if u >= 0 and out[u] < 0:
-            out[u] = p
-            part_w[p] += vw[u]
             active[p] = True
-            for e in range(indptr[u], indptr[u + 1]):
-                v = indices[e]
-                if out[v] < 0 and last_listed[v] != p:
-                    last_listed[v] = p
-                    ent_node[m], ent_next[m] = v, head[p]
-                    head[p] = m
-                    m += 1
+            m = _grow_into(u, p, indptr, indices, vw, out, part_w, last_listed, ent_node, ent_next, head, m)
     while True:
         min_w = np.inf  # the lightest parts that can still grow; of those, the one with the best-connected candidate
         for q in range(num_parts):
@@ -827,15 +835,7 @@ def grow_parts(indptr, indices, data, vw, assign, num_parts, max_w, salt):
                 p, best, best_c, best_h = q, u, c, h
         if p < 0:
             continue
-        out[best] = p
-        part_w[p] += vw[best]
-        for e in range(indptr[best], indptr[best + 1]):
-            v = indices[e]
-            if out[v] < 0 and last_listed[v] != p:
-                last_listed[v] = p
-                ent_node[m], ent_next[m] = v, head[p]
-                head[p] = m
-                m += 1
+        m = _grow_into(best, p, indptr, indices, vw, out, part_w, last_listed, ent_node, ent_next, head, m)
     left = n
     for u in range(n):
         if out[u] >= 0:
