@@ -482,9 +482,7 @@ def _quotient_graph(indptr, indices, assign, num_parts, cand, nc):
     holds every boundary node."""
     m = 0
     for i in range(nc):
-        u = cand[i]
-        for e in range(indptr[u], indptr[u + 1]):
-            m += 1
+        m += indptr[cand[i] + 1] - indptr[cand[i]]
     keys = np.empty(m, dtype=np.int64)
     m = 0
     for i in range(nc):

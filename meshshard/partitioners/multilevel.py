@@ -239,7 +239,7 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
     max_vw = max(float(vw.max()), min(1.5 * total / coarsest, 0.5 * (coarse_w - total / num_parts)))
     g = (indptr, indices, data, vw)
     a = np.zeros_like(assign) if free else assign.copy()  # assign stays the fallback
-    to_coarse = np.arange(assign.shape[0])
+    to_coarse = np.arange(assign.shape[0]) if free else None  # each node's coarsest node (for the majority vote)
     depth = 0
     while g[0].shape[0] - 1 > coarsest:
         cmap, nc = K.match_in_parts(*g, a, max_vw, salt * 131 + depth)
@@ -249,7 +249,8 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
         ca = np.empty(nc, dtype=np.int64)
         ca[cmap] = a
         g, a = K.contract(*g, cmap, nc), ca
-        to_coarse = cmap[to_coarse]
+        if free:
+            to_coarse = cmap[to_coarse]
         depth += 1
     top = len(levels)
     best, best_cut = assign, np.inf
