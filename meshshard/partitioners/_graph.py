@@ -71,9 +71,12 @@ def _indptr_if_symmetric_csr(src, dst, n):
     """``(indptr, True)`` when ``(src, dst)`` lists a symmetric CSR row by row, else ``(_, False)``.
 
     One pass checks ids in ``[0, n)``, rows ascending, neighbours strictly ascending inside a row
-    and no self loop (so no repeats) while counting the rows; a second finds the reverse of every ``u < v`` entry
-    by binary search in row ``v``. Equal counts of ``u < v`` and ``u > v`` entries then make the
-    map ``(u, v) -> (v, u)`` onto: every entry has its reverse. No ``[E]`` temporaries.
+    and no self loop (so no repeats) while counting the rows. A second walks the ``u < v`` entries
+    in row order: their reverses ``(v, u)`` must be the leading ``u < v`` part of row ``v`` in the same
+    order, so one cursor per row checks each with a single read (a binary search per entry took
+    about 3x as long on a mesh numbered without locality). Equal counts of ``u < v`` and ``u > v``
+    entries then make the map ``(u, v) -> (v, u)`` onto: every entry has its reverse. No ``[E]``
+    temporaries.
     """
     indptr = np.zeros(n + 1, dtype=np.int64)
     below = 0
@@ -89,19 +92,15 @@ def _indptr_if_symmetric_csr(src, dst, n):
         return indptr, False
     for u in range(n):
         indptr[u + 1] += indptr[u]
+    cursor = indptr[:-1].copy()  # next entry of each row that must be a reverse
     for i in range(src.shape[0]):
         u, v = src[i], dst[i]
         if u > v:
             continue
-        lo, hi = indptr[v], indptr[v + 1]
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if dst[mid] < u:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo == indptr[v + 1] or dst[lo] != u:
+        k = cursor[v]
+        if k == indptr[v + 1] or dst[k] != u:
             return indptr, False
+        cursor[v] = k + 1
     return indptr, True
 
 

@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "majority_parts", "contract", "boundary_candidates",
-           "project_candidates", "fm_refine", "rebalance", "label_components", "repair_components", "cut_weight", "grow_parts"]
+           "project_candidates", "candidate_cut", "fm_refine", "rebalance", "label_components", "repair_components", "cut_weight", "grow_parts"]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -86,13 +86,14 @@ def cut_weight(indptr, indices, data, assign):
 
 @njit(cache=True)
 def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
-    """Heavy-edge matching restricted to edges inside a part -> ``(cmap [n], nc)``.
+    """Heavy-edge matching restricted to edges inside a part -> ``(cmap [n], nc, mate [n])``.
 
     Nodes are visited in id order from a salted start; each unmatched node takes its unmatched neighbour in
     the same part over the edge of highest weight / (product of the two node weights): light
     pairs first, so clusters stay even (ties: the smaller hash), if the pair weighs at most
     ``max_vw``. Coarse node ids follow the first visit of each pair, so every cluster lies in
-    one part and the coarse cut equals the fine cut.
+    one part and the coarse cut equals the fine cut. ``mate[u]``: the node matched with ``u``
+    (``u`` itself when unmatched), for :func:`contract`.
     """
     n = assign.shape[0]
     # visit order: the node order (meshes number nodes with locality, so this is cache-friendly)
@@ -125,7 +126,7 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
             cmap[u] = nc
             cmap[mate[u]] = nc
             nc += 1
-    return cmap, nc
+    return cmap, nc, mate
 
 
 @njit(cache=True)
@@ -192,23 +193,31 @@ def majority_parts(to_coarse, fine, vw, num_coarse, num_parts):
 
 
 @njit(cache=True)
-def contract(indptr, indices, data, vw, cmap, nc):
-    """Coarse graph of the clusters ``cmap``: summed node and edge weights, no self loops.
+def contract(indptr, indices, data, vw, cmap, mate, nc):
+    """Coarse graph of a matching: summed node and edge weights, no self loops.
 
-    Returns ``(indptr, indices, data, vw)`` of the coarse graph.
+    ``cmap`` int64 ``[n]``: each node's coarse node, numbered in the order of each pair's first
+    node; ``mate`` int64 ``[n]``: the node matched with each (itself when unmatched), as
+    :func:`match_in_parts` returns them. Pairs are read in node order, so the coarse rows are
+    written in order without sorting nodes by cluster. Returns ``(indptr, indices, data, vw)``
+    of the coarse graph (``indices`` and ``data`` may be views of larger buffers).
     """
-    start, members = group_by_label(cmap, nc)  # members of each coarse node
-    cvw = np.zeros(nc)
+    n = cmap.shape[0]
+    cvw = np.empty(nc)
     c_indptr = np.zeros(nc + 1, dtype=np.int64)
     c_indices = np.empty(indices.shape[0], dtype=np.int64)
     c_data = np.empty(indices.shape[0])
     slot = np.full(nc, -1, dtype=np.int64)  # position of coarse neighbour in the current row
     pos = 0
-    for c in range(nc):
+    for first in range(n):
+        other = mate[first]
+        if other < first:  # the pair's row was written at its first node
+            continue
+        c = cmap[first]
         row_start = pos
-        for k in range(start[c], start[c + 1]):
-            u = members[k]
-            cvw[c] += vw[u]
+        cvw[c] = vw[first] + (vw[other] if other != first else 0.0)
+        for k in range(2 if other != first else 1):
+            u = first if k == 0 else other
             for e in range(indptr[u], indptr[u + 1]):
                 d = cmap[indices[e]]
                 if d == c:
@@ -222,7 +231,7 @@ def contract(indptr, indices, data, vw, cmap, nc):
                     c_data[pos] = data[e]
                     pos += 1
         c_indptr[c + 1] = pos
-    return c_indptr, c_indices[:pos].copy(), c_data[:pos].copy(), cvw
+    return c_indptr, c_indices[:pos], c_data[:pos], cvw
 
 
 @njit(cache=True)
@@ -334,6 +343,19 @@ def _list_around(u, indptr, indices, listed, cand, nc):
             cand[nc] = v
             nc += 1
     return nc
+
+
+@njit(cache=True)
+def candidate_cut(indptr, indices, data, assign, cand, nc):
+    """Cut weight, counted over the candidates ``cand[:nc]`` (which must hold every boundary node)."""
+    cut = 0.0
+    for i in range(nc):
+        u = cand[i]
+        a = assign[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            if assign[indices[e]] != a:
+                cut += data[e]
+    return 0.5 * cut
 
 
 @njit(cache=True)
@@ -467,13 +489,7 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
         if best_cum <= min_gain * 0.5 * cut + 1e-9:  # (cut counted each edge twice)
             break
     count[0] = nc
-    cut = 0.0
-    for i in range(nc):
-        u = cand[i]
-        for e in range(indptr[u], indptr[u + 1]):
-            if assign[indices[e]] != assign[u]:
-                cut += data[e]
-    return 0.5 * cut
+    return candidate_cut(indptr, indices, data, assign, cand, nc)
 
 
 @njit(cache=True)
@@ -621,6 +637,13 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
             sizes[t] += 1
             moved += 1
             nc = _list_around(u, indptr, indices, listed, cand, nc)
+            if part_w[src] <= max_w:
+                done = True  # only a move out of a part above the bound comes next: none is left
+                for p in range(num_parts):
+                    if part_w[p] > max_w:
+                        done = False
+                if done:
+                    break
             for e in range(indptr[u], indptr[u + 1]):  # the move exposed new boundary nodes of src
                 v = indices[e]
                 if assign[v] == src and part_w[src] > max_w and vw[v] > 0.0:
@@ -637,29 +660,44 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
 
 
 @njit(cache=True)
+def _root(parent, u):
+    """Root of ``u`` in the union-find forest ``parent``, halving the path on the way."""
+    while parent[u] != u:
+        parent[u] = parent[parent[u]]
+        u = parent[u]
+    return u
+
+
+@njit(cache=True)
 def label_components(indptr, indices, assign):
-    """Connected components of each part's induced subgraph -> ``(label [n], count)``."""
+    """Connected components of each part's induced subgraph -> ``(label [n], count)``.
+
+    Labels are numbered in the order of each component's smallest node id. Union-find over the
+    edges in CSR order: the rows are read in sequence, where a graph search reads them in
+    search order (measured: about 2x faster on a 114k-node tet mesh numbered without locality).
+    """
     n = assign.shape[0]
-    label = np.full(n, -1, dtype=np.int64)
-    stack = np.empty(n, dtype=np.int64)
+    parent = np.arange(n)
+    for u in range(n):
+        a = assign[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            v = indices[e]
+            if v > u and assign[v] == a:
+                ru, rv = _root(parent, u), _root(parent, v)
+                if ru != rv:  # the smaller id becomes the root: each root is its component's smallest node
+                    if ru < rv:
+                        parent[rv] = ru
+                    else:
+                        parent[ru] = rv
+    label = np.empty(n, dtype=np.int64)
     count = 0
-    for r in range(n):
-        if label[r] >= 0:
-            continue
-        label[r] = count
-        top = 0
-        stack[0] = r
-        top = 1
-        while top > 0:
-            top -= 1
-            u = stack[top]
-            for e in range(indptr[u], indptr[u + 1]):
-                v = indices[e]
-                if label[v] < 0 and assign[v] == assign[u]:
-                    label[v] = count
-                    stack[top] = v
-                    top += 1
-        count += 1
+    for u in range(n):  # a root precedes the rest of its component, so its label is set first
+        r = _root(parent, u)
+        if r == u:
+            label[u] = count
+            count += 1
+        else:
+            label[u] = label[r]
     return label, count
 
 
@@ -686,6 +724,12 @@ def repair_components(indptr, indices, data, vw, assign, num_parts, max_w):
             p = comp_part[c]
             if heaviest[p] < 0 or comp_w[c] > comp_w[heaviest[p]]:
                 heaviest[p] = c
+        pieces = count
+        for p in range(num_parts):
+            if heaviest[p] >= 0:
+                pieces -= 1
+        if pieces == 0:  # every part is connected (the usual case): nothing to sort or merge
+            return 0
         start, members = group_by_label(label, count)  # nodes grouped by component
         conn = np.zeros(num_parts)
         # lightest pieces first: they are the cheapest to move and the likeliest to fit
@@ -722,9 +766,12 @@ def repair_components(indptr, indices, data, vw, assign, num_parts, max_w):
 
 
 @njit(cache=True)
-def _best_frontier_node(p, indptr, indices, data, vw, out, part_w, max_w, ent_node, ent_next, head, salt):
+def _best_frontier_node(p, vw, out, part_w, max_w, ent_node, ent_w, ent_next, head, salt):
     """Part ``p``'s unassigned frontier node with the most edge weight to it that keeps it within ``max_w``
-    -> ``(node, weight, hash)`` (node -1: none); unlinks the entries of nodes assigned since."""
+    -> ``(node, weight, hash)`` (node -1: none); unlinks the entries of nodes assigned since.
+
+    A node's latest entry on ``p``'s list holds its edge weight to ``p``; an older one (``p`` listed it
+    again after another part did) holds less, so the maximum over entries is the node's own."""
     best, best_c, best_h = -1, -1.0, np.uint64(0)
     prev, i = -1, head[p]
     while i >= 0:
@@ -736,31 +783,38 @@ def _best_frontier_node(p, indptr, indices, data, vw, out, part_w, max_w, ent_no
                 ent_next[prev] = nxt
             i = nxt
             continue
-        if part_w[p] + vw[u] <= max_w:
-            c = 0.0
-            for f in range(indptr[u], indptr[u + 1]):
-                if out[indices[f]] == p:
-                    c += data[f]
+        c = ent_w[i]
+        if c >= best_c and part_w[p] + vw[u] <= max_w:
             h = _mix(u, salt)
-            if c > best_c or (c == best_c and h < best_h):
+            if c > best_c or h < best_h:
                 best, best_c, best_h = u, c, h
         prev, i = i, nxt
     return best, best_c, best_h
 
 
 @njit(cache=True)
-def _grow_into(u, p, indptr, indices, vw, out, part_w, last_listed, ent_node, ent_next, head, m):
-    """Give ``u`` to part ``p`` and list its unassigned neighbours on ``p``'s frontier (entries from ``m`` on,
-    unless ``p`` listed them last); returns the new entry count."""
+def _grow_into(u, p, indptr, indices, data, vw, out, part_w, last_listed, latest, ent_node, ent_w, ent_next, head, m):
+    """Give ``u`` to part ``p`` and update ``p``'s frontier: a neighbour ``p`` listed last gains the edge's
+    weight in its latest entry (``latest``), any other gets a new entry (from ``m`` on) with its whole
+    edge weight to ``p``; returns the new entry count."""
     out[u] = p
     part_w[p] += vw[u]
     for e in range(indptr[u], indptr[u + 1]):
         v = indices[e]
-        if out[v] < 0 and last_listed[v] != p:
-            last_listed[v] = p
-            ent_node[m], ent_next[m] = v, head[p]
-            head[p] = m
-            m += 1
+        if out[v] >= 0:
+            continue
+        if last_listed[v] == p:
+            ent_w[latest[v]] += data[e]
+            continue
+        c = 0.0
+        for f in range(indptr[v], indptr[v + 1]):
+            if out[indices[f]] == p:
+                c += data[f]
+        last_listed[v] = p
+        latest[v] = m
+        ent_node[m], ent_w[m], ent_next[m] = v, c, head[p]
+        head[p] = m
+        m += 1
     return m
 
 
@@ -805,16 +859,18 @@ def grow_parts(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     # nodes are dropped when met); every assignment lists at most its degree of entries, so nnz bound them
     cap = indices.shape[0] + 1
     ent_node = np.empty(cap, dtype=np.int64)
+    ent_w = np.empty(cap)
     ent_next = np.empty(cap, dtype=np.int64)
     head = np.full(num_parts, -1, dtype=np.int64)
     last_listed = np.full(n, -1, dtype=np.int64)  # the part that listed a node last (skips most repeats)
+    latest = np.empty(n, dtype=np.int64)  # that entry
     active = np.zeros(num_parts, dtype=np.bool_)
     m = 0
     for p in range(num_parts):
         u = seed[p]
         if u >= 0 and out[u] < 0:
             active[p] = True
-            m = _grow_into(u, p, indptr, indices, vw, out, part_w, last_listed, ent_node, ent_next, head, m)
+            m = _grow_into(u, p, indptr, indices, data, vw, out, part_w, last_listed, latest, ent_node, ent_w, ent_next, head, m)
     while True:
         min_w = np.inf  # the lightest parts that can still grow; of those, the one with the best-connected candidate
         for q in range(num_parts):
@@ -826,14 +882,14 @@ def grow_parts(indptr, indices, data, vw, assign, num_parts, max_w, salt):
         for q in range(num_parts):
             if not active[q] or part_w[q] != min_w:
                 continue
-            u, c, h = _best_frontier_node(q, indptr, indices, data, vw, out, part_w, max_w, ent_node, ent_next, head, salt)
+            u, c, h = _best_frontier_node(q, vw, out, part_w, max_w, ent_node, ent_w, ent_next, head, salt)
             if u < 0:
                 active[q] = False
             elif c > best_c or (c == best_c and h < best_h):
                 p, best, best_c, best_h = q, u, c, h
         if p < 0:
             continue
-        m = _grow_into(best, p, indptr, indices, vw, out, part_w, last_listed, ent_node, ent_next, head, m)
+        m = _grow_into(best, p, indptr, indices, data, vw, out, part_w, last_listed, latest, ent_node, ent_w, ent_next, head, m)
     left = n
     for u in range(n):
         if out[u] >= 0:

@@ -157,13 +157,13 @@ def multilevel_refine(
     max_w = imbalance * mean * (1 + 1e-12)
     coarse_w = (imbalance + _COARSE_SLACK if coarse_imbalance is None else coarse_imbalance) * mean
     salt = int(seed) * 1_000_003
-    if not K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1,
-                       *K.boundary_candidates(indptr, indices, assign)):
+    cands = K.boundary_candidates(indptr, indices, assign)
+    if not K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1, *cands):
         assign = np.array(assignment, dtype=np.int64, copy=True)  # keep the input's balance, refine within it
         K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _STALL, _MIN_GAIN, salt,
                     *K.boundary_candidates(indptr, indices, assign))
         return assign
-    best, best_cut = assign, K.cut_weight(indptr, indices, data, assign)
+    best, best_cut = assign, K.candidate_cut(indptr, indices, data, assign, cands[1], cands[2][0])
     free = True
     for cycle in range(max(1, int(cycles))):
         out, cut = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w),
@@ -242,13 +242,13 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
     to_coarse = np.arange(assign.shape[0]) if free else None  # each node's coarsest node (for the majority vote)
     depth = 0
     while g[0].shape[0] - 1 > coarsest:
-        cmap, nc = K.match_in_parts(*g, a, max_vw, salt * 131 + depth)
+        cmap, nc, mate = K.match_in_parts(*g, a, max_vw, salt * 131 + depth)
         if nc > _MIN_SHRINK * (g[0].shape[0] - 1):
             break
         levels.append((cmap, g))
         ca = np.empty(nc, dtype=np.int64)
         ca[cmap] = a
-        g, a = K.contract(*g, cmap, nc), ca
+        g, a = K.contract(*g, cmap, mate, nc), ca
         if free:
             to_coarse = cmap[to_coarse]
         depth += 1

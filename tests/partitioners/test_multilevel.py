@@ -37,13 +37,22 @@ def test_coarsening_keeps_parts_and_cut(data_dir):
     n = pts.shape[0]
     assign = partition(pts, 7, "hilbert", refine=False).assignment.numpy()
     indptr, indices, data = _csr(ei, n, None)
-    cmap, nc = K.match_in_parts(indptr, indices, data, np.ones(n), assign, 2.0, 0)
+    cmap, nc, mate = K.match_in_parts(indptr, indices, data, np.ones(n), assign, 2.0, 0)
     assert nc < 0.75 * n  # it really coarsens
+    assert np.array_equal(mate[mate], np.arange(n)) and np.array_equal(cmap[mate], cmap)  # a matching
     ca = np.empty(nc, dtype=np.int64)
     ca[cmap] = assign
     assert np.array_equal(ca[cmap], assign)  # every cluster inside one part
-    cp, ci, cd, cw = K.contract(indptr, indices, data, np.ones(n), cmap, nc)
+    cp, ci, cd, cw = K.contract(indptr, indices, data, np.ones(n), cmap, mate, nc)
     assert cw.sum() == n and cw.max() <= 2.0 and cd.sum() == data.sum() - 2 * (n - nc)
+    # the coarse adjacency is P^T A P without its diagonal (P: the [n, nc] one-hot of cmap)
+    import scipy.sparse as sp
+    fine = sp.csr_matrix((data, indices, indptr), shape=(n, n))
+    proj = sp.csr_matrix((np.ones(n), (np.arange(n), cmap)), shape=(n, nc))
+    want = (proj.T @ fine @ proj).tolil()
+    want.setdiag(0)
+    got = sp.csr_matrix((cd, ci, cp), shape=(nc, nc))
+    assert abs(got - want.tocsr()).max() == 0 and got.nnz == want.tocsr().count_nonzero()
     # the cut weight of the coarse graph equals the fine edge cut
     assert K.cut_weight(cp, ci, cd, ca) == _cut(assign, ei)["edge_cut"]
 
@@ -104,3 +113,24 @@ def test_trivial_inputs():
     a = np.array([0, 1, 1, 0])
     assert np.array_equal(multilevel_refine(a, 2, ei), a)
     assert np.array_equal(multilevel_refine(np.zeros(4, dtype=np.int64), 1, np.array([[0], [1]])), np.zeros(4))
+
+
+def test_component_labels_match_scipy_per_part(data_dir):
+    """Union-find labels: the components of each part's induced subgraph, numbered by smallest node id."""
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+
+    pts, ei = _mesh(data_dir, "rae2822_turb.su2")
+    n = pts.shape[0]
+    indptr, indices, _ = _csr(ei, n, None)
+    rng = np.random.default_rng(5)
+    for assign in (partition(pts, 5, "morton", refine=False).assignment.numpy(), rng.integers(0, 3, n)):
+        label, count = K.label_components(indptr, indices, assign)
+        keep = assign[ei[0]] == assign[ei[1]]
+        inside = sp.coo_matrix((np.ones(keep.sum()), (ei[0][keep], ei[1][keep])), shape=(n, n))
+        want_count, want = connected_components(inside, directed=False)
+        _, first = np.unique(want, return_index=True)  # renumber scipy's labels by smallest node id
+        order = np.empty(want_count, dtype=np.int64)
+        order[np.argsort(first)] = np.arange(want_count)
+        assert count == want_count and np.array_equal(label, order[want])
+        assert count > assign.max() + 1  # both starts split some part: the check sees more than one piece per part

@@ -189,8 +189,8 @@ def test_projected_candidates_cover_the_finer_levels_boundary():
     ei, xy = _grid(30)
     indptr, indices, data = _csr(ei, 900, None)
     vw = np.ones(900)
-    cmap, nc = K.match_in_parts(indptr, indices, data, vw, np.zeros(900, dtype=np.int64), 4.0, 3)
-    coarse = K.contract(indptr, indices, data, vw, cmap, nc)
+    cmap, nc, mate = K.match_in_parts(indptr, indices, data, vw, np.zeros(900, dtype=np.int64), 4.0, 3)
+    coarse = K.contract(indptr, indices, data, vw, cmap, mate, nc)
     coarse_parts = np.random.default_rng(2).integers(0, 4, nc)
     listed_coarse, _, count = K.boundary_candidates(coarse[0], coarse[1], coarse_parts)
     assert 0 < count[0] < nc
