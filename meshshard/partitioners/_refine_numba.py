@@ -274,6 +274,46 @@ def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
 
 
 @njit(cache=True)
+def _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
+    """:func:`_best_move` of ``u`` and the weight of its cut edges, from one pass over its row ->
+    ``(gain, target, cut weight)``."""
+    own = assign[u]
+    out = 0.0
+    nt = 0
+    for e in range(indptr[u], indptr[u + 1]):
+        p = assign[indices[e]]
+        if p != own:
+            out += data[e]
+        if conn[p] < 0.0:
+            conn[p] = 0.0
+            touched[nt] = p
+            nt += 1
+        conn[p] += data[e]
+    best, best_c = -1, -1.0
+    for i in range(nt):
+        p = touched[i]
+        if p == own or part_w[p] + vw[u] > max_w:
+            continue
+        c = conn[p]
+        if c > best_c or (c == best_c and part_w[p] < part_w[best]):
+            best, best_c = p, c
+    gain = best_c - max(conn[own], 0.0)
+    for i in range(nt):
+        conn[touched[i]] = -1.0
+    return gain, best, out
+
+
+@njit(cache=True)
+def _interior(u, indptr, indices, assign):
+    """True when every neighbour of ``u`` is in its part."""
+    a = assign[u]
+    for e in range(indptr[u], indptr[u + 1]):
+        if assign[indices[e]] != a:
+            return False
+    return True
+
+
+@njit(cache=True)
 def _push(hk, ht, hn, size, k, t, u):
     """Push ``(k, t) -> u`` on a binary max-heap; returns the new size.
 
@@ -425,18 +465,13 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
         kept = 0
         for i in range(nc):
             u = cand[i]
-            a = assign[u]
-            boundary = False
-            for e in range(indptr[u], indptr[u + 1]):
-                if assign[indices[e]] != a:
-                    cut += data[e]
-                    boundary = True
-            if not boundary:
+            g, t, out = _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+            if out == 0.0 and t < 0 and _interior(u, indptr, indices, assign):
                 listed[u] = False
                 continue
+            cut += out
             cand[kept] = u
             kept += 1
-            g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
             if t >= 0:
                 size = _push(hk, ht, hn, size, g, _mix(u, s), u)
         nc = kept
