@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "majority_parts", "contract", "boundary_candidates",
-           "project_candidates", "candidate_cut", "fm_refine", "rebalance", "label_components", "repair_components", "cut_weight", "grow_parts"]
+           "project_candidates", "candidate_cut", "fm_refine", "quotient_graph", "rebalance", "label_components", "repair_components", "cut_weight", "grow_parts"]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -505,7 +505,7 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
                 break
             for e in range(indptr[u], indptr[u + 1]):
                 v = indices[e]
-                if not locked[v]:
+                if not locked[v] and assign[v] != t:  # (a node of t only lost gain: its queued entry is re-rated when popped)
                     gv, tv = _best_move(v, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
                     if tv >= 0:
                         size = _push(hk, ht, hn, size, gv, _mix(v, s), v)
@@ -528,7 +528,7 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
 
 
 @njit(cache=True)
-def _quotient_graph(indptr, indices, assign, num_parts, cand, nc):
+def quotient_graph(indptr, indices, assign, num_parts, cand, nc):
     """Parts adjacent across a cut edge, as CSR over parts ``(q_indptr [P + 1], q_indices)``; ``cand[:nc]``
     holds every boundary node."""
     m = 0
@@ -584,20 +584,26 @@ def _room_distance(q_indptr, q_indices, part_w, max_w, min_vw, dist, queue):
 def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, start_w, conn, touched):
     """Best move of ``u`` out of its overweight part: into a part with room if any, else into a
     part nearer to room (``dist``) that ends no heavier than the source was at the round's start
-    (``start_w``), so the whole excess flows a hop a round through full parts towards room and never back."""
-    g, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
-    if t >= 0:
-        return g, t
+    (``start_w``), so the whole excess flows a hop a round through full parts towards room and never back.
+    The first choice is :func:`_best_move`'s; both come from one tally of ``u``'s row."""
     own = assign[u]
     nt = _tally(u, indptr, indices, data, assign, conn, touched)
     best, best_c = -1, -1.0
-    for i in range(nt):
+    for i in range(nt):  # as _best_move
         p = touched[i]
-        if p == own or dist[p] >= dist[own] or part_w[p] + vw[u] > start_w[own]:
+        if p == own or part_w[p] + vw[u] > max_w:
             continue
         c = conn[p]
         if c > best_c or (c == best_c and part_w[p] < part_w[best]):
             best, best_c = p, c
+    if best < 0:
+        for i in range(nt):
+            p = touched[i]
+            if p == own or dist[p] >= dist[own] or part_w[p] + vw[u] > start_w[own]:
+                continue
+            c = conn[p]
+            if c > best_c or (c == best_c and part_w[p] < part_w[best]):
+                best, best_c = p, c
     gain = best_c - max(conn[own], 0.0)
     for i in range(nt):
         conn[touched[i]] = -1.0
@@ -605,7 +611,8 @@ def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, s
 
 
 @njit(cache=True)
-def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rounds, listed, cand, count):
+def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rounds, listed, cand, count, q_indptr,
+              q_indices):
     """Move boundary nodes out of parts heavier than ``max_w``, cheapest cut increase first. Modifies ``assign``.
 
     A target is a neighbouring part with room, or else one a hop nearer (across part boundaries)
@@ -613,7 +620,9 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
     after round, until it reaches a part with room. ``max_rounds`` caps the rounds (-1: ``2 P + 8``; a
     coarse level, whose heavy nodes seldom fit exactly, stops early and leaves the rest to the finer
     levels). A round scans the candidates ``listed, cand, count`` (see :func:`boundary_candidates`),
-    which the nodes next to moves join. Returns True when every part ends within ``max_w``.
+    which the nodes next to moves join. ``q_indptr, q_indices``: which parts are adjacent (see
+    :func:`quotient_graph`; a coarser level's serves, as moves seldom join new parts), or empty to
+    build it from this graph when a part is over. Returns True when every part ends within ``max_w``.
     """
     n = assign.shape[0]
     part_w, sizes = part_loads(assign, vw, num_parts)
@@ -639,8 +648,8 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
         if hk.shape[0] == 0:  # allocated only when some part is over
             cap = n + indices.shape[0]
             hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
-            # moves seldom join new parts: the quotient graph of the start guides every round
-            q_indptr, q_indices = _quotient_graph(indptr, indices, assign, num_parts, cand, nc)
+            if q_indptr.shape[0] == 0:  # moves seldom join new parts: the quotient graph of the start guides every round
+                q_indptr, q_indices = quotient_graph(indptr, indices, assign, num_parts, cand, nc)
         _room_distance(q_indptr, q_indices, part_w, max_w, min_vw, dist, queue)
         start_w = part_w.copy()
         s = np.uint64(salt) * np.uint64(7919) + np.uint64(round_)

@@ -69,6 +69,10 @@ _RESTARTS = 1
 #: FM passes per level when uncoarsening only to seed the next pass (measured on the gmsh family, seeds 0
 #: and 1: 0.9x the time of 4 passes, mean refined cut within 0.3%)
 _SEED_PASSES = 1
+#: ... and stops at this level (its majority parts seed the next pass)
+_SEED_STOP = 1
+#: rebalance builds the parts' adjacency itself
+_NO_QUOTIENT = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 #: at the coarsest level, pieces of parts may merge into neighbours up to this x the mean weight
 #: before rebalancing (measured: the fragmented parts of space-filling curves need it)
 _REPAIR_SLACK = 1.3
@@ -158,7 +162,7 @@ def multilevel_refine(
     coarse_w = (imbalance + _COARSE_SLACK if coarse_imbalance is None else coarse_imbalance) * mean
     salt = int(seed) * 1_000_003
     cands = K.boundary_candidates(indptr, indices, assign)
-    if not K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1, *cands):
+    if not K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1, *cands, *_NO_QUOTIENT):
         assign = np.array(assignment, dtype=np.int64, copy=True)  # keep the input's balance, refine within it
         K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _STALL, _MIN_GAIN, salt,
                     *K.boundary_candidates(indptr, indices, assign))
@@ -197,7 +201,7 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow):
                                                            total / num_parts, salt + 101 * attempt)
         K.repair_components(*g, start, num_parts, _REPAIR_SLACK * total / num_parts)
         cands = K.boundary_candidates(*g[:2], start)
-        K.rebalance(*g, start, num_parts, bound, salt, -1, *cands)
+        K.rebalance(*g, start, num_parts, bound, salt, -1, *cands, *_NO_QUOTIENT)
         cut = K.fm_refine(*g, start, num_parts, bound, _PASSES, stall, _MIN_GAIN, salt, *cands)
         if not grow or np.bincount(start, weights=g[3], minlength=num_parts).max() <= limit:
             if best is None or cut < best[0]:
@@ -208,9 +212,10 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow):
     return best[1], best[2]
 
 
-def _refine_level(levels, level, a, listed, num_parts, max_w, coarse_w, salt, passes):
+def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt, passes):
     """Project ``a`` and its boundary candidates ``listed`` from level ``level + 1`` to ``level`` and refine it
-    there (at most ``passes`` FM passes) -> ``(parts, listed, cut)``."""
+    there (at most ``passes`` FM passes) -> ``(parts, listed, cut)``. ``quotient``: the parts' adjacency
+    that guides rebalancing (see :func:`~meshshard.partitioners._refine_numba.quotient_graph`)."""
     cmap, g = levels[level]
     a = a[cmap]
     cands = K.project_candidates(cmap, listed)
@@ -218,7 +223,7 @@ def _refine_level(levels, level, a, listed, num_parts, max_w, coarse_w, salt, pa
     # largest, has little left to rebalance (measured: 0.9x the time of reaching max_w at the finest, same cuts)
     bound = max_w + (coarse_w - max_w) * max(level - 1, 0) / max(len(levels) - 1, 1)
     nl = g[0].shape[0] - 1
-    K.rebalance(*g, a, num_parts, bound, salt + level, _COARSE_ROUNDS if level else -1, *cands)
+    K.rebalance(*g, a, num_parts, bound, salt + level, _COARSE_ROUNDS if level else -1, *cands, *quotient)
     cut = K.fm_refine(*g, a, num_parts, bound, passes, max(_STALL, nl // _STALL_DIV), _MIN_GAIN, salt + level, *cands)
     return a, cands[0], cut
 
@@ -254,17 +259,34 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
         depth += 1
     top = len(levels)
     best, best_cut = assign, np.inf
+    seed_parts = None  # (level, its parts) where the last seeding pass stopped
     for restart in range(1 + (restarts if free else 0)):
         if free:
-            a = K.majority_parts(to_coarse, best, vw, g[0].shape[0] - 1, num_parts)
+            if seed_parts is None:
+                a = K.majority_parts(to_coarse, best, vw, g[0].shape[0] - 1, num_parts)
+            else:
+                lvl, pa = seed_parts
+                up = np.arange(pa.shape[0])
+                for k in range(lvl, top):
+                    up = levels[k][0][up]
+                a = K.majority_parts(up, pa, levels[lvl][1][3], g[0].shape[0] - 1, num_parts)
             if np.unique(a).shape[0] < num_parts:  # a part lost every cluster: this start cannot help
                 break
         a, listed = _coarsest(g, a, num_parts, max_w + (coarse_w - max_w) * (top > 0), total, salt + top + 5 * restart,
                               grow=free)
         cut = K.cut_weight(indptr, indices, data, a) if top == 0 else np.inf
-        for level in range(top - 1, -1, -1):
-            a, listed, cut = _refine_level(levels, level, a, listed, num_parts, max_w, coarse_w, salt + 5 * restart,
-                                           _SEED_PASSES if free and restart < restarts else _PASSES)
+        # the parts' adjacency at the coarsest level guides rebalancing on every finer one (it costs a scan
+        # of the boundary per level otherwise; moves seldom join new parts)
+        _, cand, count = K.boundary_candidates(g[0], g[1], a)
+        quotient = K.quotient_graph(g[0], g[1], a, num_parts, cand, count[0])
+        seeding = free and restart < restarts
+        stop = min(_SEED_STOP, top - 1) if seeding and top > 1 else 0
+        for level in range(top - 1, stop - 1, -1):
+            a, listed, cut = _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt + 5 * restart,
+                                           _SEED_PASSES if seeding else _PASSES)
+        if stop > 0:
+            seed_parts = (stop, a)
+            continue
         if np.bincount(a, weights=vw, minlength=num_parts).max() <= max_w and np.bincount(a, minlength=num_parts).min() > 0 \
                 and cut < best_cut:
             best, best_cut = a, cut
