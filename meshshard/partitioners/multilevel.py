@@ -13,10 +13,10 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
 
 The first V-cycle matches across parts (as METIS coarsens). Its coarsest level starts from each
 cluster's majority part and, as further tries, from parts regrown by greedy graph growing out of
-those and out of the best try; the lowest cut is uncoarsened (one FM pass per level). Then it
-uncoarsens once more, from the majority parts of that result on the same hierarchy, and keeps the
-lower cut: the coarsest cut
-of a geometric start foretells the final cut poorly, a refined result's parts do. If the input
+those and out of the best try; the lowest cut is uncoarsened (one FM pass per level) to one level
+above the finest. Then it uncoarsens once more, from the majority parts of that result on the
+same hierarchy: the coarsest cut of a geometric start foretells the final cut poorly, a refined
+result's parts do. If the input
 still cuts less (a start already better than what matching across parts finds), a V-cycle that
 matches inside parts refines the input itself; ``cycles > 1`` adds such cycles from the best
 result while they lower the cut. Matching rates an edge by its weight over the product of its end
@@ -24,7 +24,8 @@ nodes' weights, so clusters stay even. The FM passes and rebalancing rounds scan
 candidates that holds every boundary node (projected from the coarser level, so no level scans all
 its edges for it); coarse levels stop rebalancing after a few rounds (their heavy nodes seldom fit
 exactly; the finer levels finish it), and the bound reaches ``imbalance`` one level above the
-finest. Rebalancing passes a part's excess only towards parts with room. Last, the pieces a part
+finest. Rebalancing passes a part's excess only towards parts with room, guided by which parts
+touch at the coarsest level. Last, the pieces a part
 fell into (connected components beyond its heaviest) are merged into the neighbouring part they
 share most edges with, where the bound allows.
 
