@@ -503,9 +503,12 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
                 best_cum, best_len = cum, nmoves
             elif nmoves - best_len >= stall_limit:
                 break
+            src_before = part_w[src] + vw[u]
             for e in range(indptr[u], indptr[u + 1]):
                 v = indices[e]
-                if not locked[v] and assign[v] != t:  # (a node of t only lost gain: its queued entry is re-rated when popped)
+                # a node of t only lost gain (its queued entry is re-rated when popped) unless src, too full
+                # for it before, now has room
+                if not locked[v] and (assign[v] != t or src_before + vw[v] > max_w):
                     gv, tv = _best_move(v, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
                     if tv >= 0:
                         size = _push(hk, ht, hn, size, gv, _mix(v, s), v)
