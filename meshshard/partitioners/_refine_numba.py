@@ -624,8 +624,9 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
     coarse level, whose heavy nodes seldom fit exactly, stops early and leaves the rest to the finer
     levels). A round scans the candidates ``listed, cand, count`` (see :func:`boundary_candidates`),
     which the nodes next to moves join. ``q_indptr, q_indices``: which parts are adjacent (see
-    :func:`quotient_graph`; a coarser level's serves, as moves seldom join new parts), or empty to
-    build it from this graph when a part is over. Returns True when every part ends within ``max_w``.
+    :func:`quotient_graph`; a coarser level's serves, as moves seldom join new parts, and is rebuilt
+    from this graph if a round moves nothing), or empty to build it from this graph when a part is
+    over. Returns True when every part ends within ``max_w``.
     """
     n = assign.shape[0]
     part_w, sizes = part_loads(assign, vw, num_parts)
@@ -639,6 +640,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
             min_vw = vw[u]
     hk, ht, hn = np.empty(0), np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
     nc = count[0]
+    given_q = q_indptr.shape[0] > 0
     # passing excess on takes about one round per part it crosses
     for round_ in range(2 * num_parts + 8 if max_rounds < 0 else max_rounds):
         over = False
@@ -698,6 +700,10 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
                     if tv >= 0:
                         size = _push(hk, ht, hn, size, gv, _mix(v, s), v)
         if moved == 0:
+            if given_q:  # a coarser level's adjacency may route the excess where no boundary leads now
+                q_indptr, q_indices = quotient_graph(indptr, indices, assign, num_parts, cand, nc)
+                given_q = False
+                continue
             break
     count[0] = nc
     for p in range(num_parts):

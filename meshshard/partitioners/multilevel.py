@@ -17,8 +17,8 @@ those and out of the best try; the lowest cut is uncoarsened (one FM pass per le
 above the finest. Then it uncoarsens once more, from the majority parts of that result on the
 same hierarchy: the coarsest cut of a geometric start foretells the final cut poorly, a refined
 result's parts do. If the input
-still cuts less (a start already better than what matching across parts finds), a V-cycle that
-matches inside parts refines the input itself; ``cycles > 1`` adds such cycles from the best
+still cuts less (a start already better than what matching across parts finds), FM refines the
+input itself (a V-cycle that matches inside parts, if that cycle ended above the bound); ``cycles > 1`` adds such cycles from the best
 result while they lower the cut. Matching rates an edge by its weight over the product of its end
 nodes' weights, so clusters stay even. The FM passes and rebalancing rounds scan a list of
 candidates that holds every boundary node (projected from the coarser level, so no level scans all
@@ -176,8 +176,13 @@ def multilevel_refine(
         if cut < best_cut - 1e-9 * max(best_cut, 1.0):
             best, best_cut = out, cut
         elif free:  # the input beats what matching across parts found: refine it in place instead
-            out, cut = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w), salt + 3,
-                                free=False)
+            if np.isfinite(cut):  # a good input (the cycle ended within the bound): FM on it suffices
+                out = best.copy()
+                cut = K.fm_refine(indptr, indices, data, vw, out, num_parts, max_w, _PASSES,
+                                  max(_STALL, n // _STALL_DIV), _MIN_GAIN, salt + 3, *K.boundary_candidates(indptr, indices, out))
+            else:  # the cycle found nothing within the bound: a V-cycle matched inside the parts
+                out, cut = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w),
+                                    salt + 3, free=False)
             if cut < best_cut - 1e-9 * max(best_cut, 1.0):
                 best, best_cut = out, cut
         else:
