@@ -250,6 +250,21 @@ def _tally(u, indptr, indices, data, assign, conn, touched):
 
 
 @njit(cache=True)
+def _feasible_target(u, own, vw, part_w, max_w, conn, touched, nt):
+    """Among the parts ``touched[:nt]`` tallied in ``conn``, the one other than ``own`` with the most edge
+    weight to ``u`` that stays within ``max_w`` with ``u`` (ties: the lighter) -> ``(part or -1, weight)``."""
+    best, best_c = -1, -1.0
+    for i in range(nt):
+        p = touched[i]
+        if p == own or part_w[p] + vw[u] > max_w:
+            continue
+        c = conn[p]
+        if c > best_c or (c == best_c and part_w[p] < part_w[best]):
+            best, best_c = p, c
+    return best, best_c
+
+
+@njit(cache=True)
 def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
     """Best feasible move of ``u`` -> ``(gain, target)``; target -1 when none (or ``u`` is interior).
 
@@ -259,14 +274,7 @@ def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
     """
     own = assign[u]
     nt = _tally(u, indptr, indices, data, assign, conn, touched)
-    best, best_c = -1, -1.0
-    for i in range(nt):
-        p = touched[i]
-        if p == own or part_w[p] + vw[u] > max_w:
-            continue
-        c = conn[p]
-        if c > best_c or (c == best_c and part_w[p] < part_w[best]):
-            best, best_c = p, c
+    best, best_c = _feasible_target(u, own, vw, part_w, max_w, conn, touched, nt)
     gain = best_c - max(conn[own], 0.0)
     for i in range(nt):
         conn[touched[i]] = -1.0
@@ -289,14 +297,7 @@ def _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
             touched[nt] = p
             nt += 1
         conn[p] += data[e]
-    best, best_c = -1, -1.0
-    for i in range(nt):
-        p = touched[i]
-        if p == own or part_w[p] + vw[u] > max_w:
-            continue
-        c = conn[p]
-        if c > best_c or (c == best_c and part_w[p] < part_w[best]):
-            best, best_c = p, c
+    best, best_c = _feasible_target(u, own, vw, part_w, max_w, conn, touched, nt)
     gain = best_c - max(conn[own], 0.0)
     for i in range(nt):
         conn[touched[i]] = -1.0
@@ -591,14 +592,7 @@ def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, s
     The first choice is :func:`_best_move`'s; both come from one tally of ``u``'s row."""
     own = assign[u]
     nt = _tally(u, indptr, indices, data, assign, conn, touched)
-    best, best_c = -1, -1.0
-    for i in range(nt):  # as _best_move
-        p = touched[i]
-        if p == own or part_w[p] + vw[u] > max_w:
-            continue
-        c = conn[p]
-        if c > best_c or (c == best_c and part_w[p] < part_w[best]):
-            best, best_c = p, c
+    best, best_c = _feasible_target(u, own, vw, part_w, max_w, conn, touched, nt)
     if best < 0:
         for i in range(nt):
             p = touched[i]
