@@ -16,9 +16,9 @@ cluster's majority part and, as further tries, from parts regrown by greedy grap
 those and out of the best try; the lowest cut is uncoarsened (one FM pass per level) to one level
 above the finest. Then it uncoarsens once more, from the majority parts of that result on the
 same hierarchy: the coarsest cut of a geometric start foretells the final cut poorly, a refined
-result's parts do. If the input
-still cuts less (a start already better than what matching across parts finds), FM refines the
-input itself (a V-cycle that matches inside parts, if that cycle ended above the bound); ``cycles > 1`` adds such cycles from the best
+result's parts do. If the input still cuts less (a start already better than what matching across
+parts finds), FM passes refine the input itself (a V-cycle that matches inside parts, if that cycle
+ended above the bound); ``cycles > 1`` adds V-cycles matched inside parts from the best
 result while they lower the cut. Matching rates an edge by its weight over the product of its end
 nodes' weights, so clusters stay even. The FM passes and rebalancing rounds scan a list of
 candidates that holds every boundary node (projected from the coarser level, so no level scans all
@@ -242,8 +242,9 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
 
     ``free``: match across parts too (as METIS coarsens) and start the coarsest level from each
     cluster's majority part; else match inside parts only, so the coarsest level starts from
-    ``assign`` itself. ``restarts`` (free only): uncoarsen again this many times, each from the
-    majority parts of the best result so far on the same hierarchy.
+    ``assign`` itself. ``restarts`` (free only): uncoarsen again this many times on the same
+    hierarchy, each from the majority parts of the pass before, which stops at level ``_SEED_STOP``
+    (one FM pass per level); the last pass reaches the finest level.
     """
     levels = []
     coarsest = _COARSE_NODES_PER_PART * num_parts
