@@ -250,6 +250,13 @@ def _tally(u, indptr, indices, data, assign, conn, touched):
 
 
 @njit(cache=True)
+def _untally(conn, touched, nt):
+    """Reset the entries :func:`_tally` listed in ``touched[:nt]`` to -1 ("not listed")."""
+    for i in range(nt):
+        conn[touched[i]] = -1.0
+
+
+@njit(cache=True)
 def _feasible_target(u, own, vw, part_w, max_w, conn, touched, nt):
     """Among the parts ``touched[:nt]`` tallied in ``conn``, the one other than ``own`` with the most edge
     weight to ``u`` that stays within ``max_w`` with ``u`` (ties: the lighter) -> ``(part or -1, weight)``."""
@@ -276,42 +283,25 @@ def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
     nt = _tally(u, indptr, indices, data, assign, conn, touched)
     best, best_c = _feasible_target(u, own, vw, part_w, max_w, conn, touched, nt)
     gain = best_c - max(conn[own], 0.0)
-    for i in range(nt):
-        conn[touched[i]] = -1.0
+    _untally(conn, touched, nt)
     return gain, best
 
 
 @njit(cache=True)
 def _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
-    """:func:`_best_move` of ``u`` and the weight of its cut edges, from one pass over its row ->
-    ``(gain, target, cut weight)``."""
+    """:func:`_best_move` of ``u``, the weight of its cut edges and whether it is on the boundary, from one
+    tally of its row -> ``(gain, target, cut weight, boundary)``."""
     own = assign[u]
+    nt = _tally(u, indptr, indices, data, assign, conn, touched)
     out = 0.0
-    nt = 0
-    for e in range(indptr[u], indptr[u + 1]):
-        p = assign[indices[e]]
-        if p != own:
-            out += data[e]
-        if conn[p] < 0.0:
-            conn[p] = 0.0
-            touched[nt] = p
-            nt += 1
-        conn[p] += data[e]
+    for i in range(nt):
+        if touched[i] != own:
+            out += conn[touched[i]]
     best, best_c = _feasible_target(u, own, vw, part_w, max_w, conn, touched, nt)
     gain = best_c - max(conn[own], 0.0)
-    for i in range(nt):
-        conn[touched[i]] = -1.0
-    return gain, best, out
-
-
-@njit(cache=True)
-def _interior(u, indptr, indices, assign):
-    """True when every neighbour of ``u`` is in its part."""
-    a = assign[u]
-    for e in range(indptr[u], indptr[u + 1]):
-        if assign[indices[e]] != a:
-            return False
-    return True
+    boundary = nt > 1 or (nt == 1 and touched[0] != own)
+    _untally(conn, touched, nt)
+    return gain, best, out, boundary
 
 
 @njit(cache=True)
@@ -466,8 +456,8 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
         kept = 0
         for i in range(nc):
             u = cand[i]
-            g, t, out = _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
-            if out == 0.0 and t < 0 and _interior(u, indptr, indices, assign):
+            g, t, out, boundary = _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+            if not boundary:
                 listed[u] = False
                 continue
             cut += out
@@ -602,9 +592,17 @@ def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, s
             if c > best_c or (c == best_c and part_w[p] < part_w[best]):
                 best, best_c = p, c
     gain = best_c - max(conn[own], 0.0)
-    for i in range(nt):
-        conn[touched[i]] = -1.0
+    _untally(conn, touched, nt)
     return gain, best
+
+
+@njit(cache=True)
+def _any_over(part_w, max_w):
+    """True when some part weighs more than ``max_w``."""
+    for p in range(part_w.shape[0]):
+        if part_w[p] > max_w:
+            return True
+    return False
 
 
 @njit(cache=True)
@@ -637,11 +635,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
     given_q = q_indptr.shape[0] > 0
     # passing excess on takes about one round per part it crosses
     for round_ in range(2 * num_parts + 8 if max_rounds < 0 else max_rounds):
-        over = False
-        for p in range(num_parts):
-            if part_w[p] > max_w:
-                over = True
-        if not over:
+        if not _any_over(part_w, max_w):
             count[0] = nc
             return True
         if hk.shape[0] == 0:  # allocated only when some part is over
@@ -680,13 +674,8 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
             sizes[t] += 1
             moved += 1
             nc = _list_around(u, indptr, indices, listed, cand, nc)
-            if part_w[src] <= max_w:
-                done = True  # only a move out of a part above the bound comes next: none is left
-                for p in range(num_parts):
-                    if part_w[p] > max_w:
-                        done = False
-                if done:
-                    break
+            if part_w[src] <= max_w and not _any_over(part_w, max_w):
+                break  # only a move out of a part above the bound comes next: none is left
             for e in range(indptr[u], indptr[u + 1]):  # the move exposed new boundary nodes of src
                 v = indices[e]
                 if assign[v] == src and part_w[src] > max_w and vw[v] > 0.0:
@@ -700,10 +689,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
                 continue
             break
     count[0] = nc
-    for p in range(num_parts):
-        if part_w[p] > max_w:
-            return False
-    return True
+    return not _any_over(part_w, max_w)
 
 
 @njit(cache=True)

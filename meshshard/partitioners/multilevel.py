@@ -81,6 +81,19 @@ _NO_QUOTIENT = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 _REPAIR_SLACK = 1.3
 
 
+def _stall(n: int) -> int:
+    """FM's stall limit on a level of ``n`` nodes (see ``_STALL``)."""
+    return max(_STALL, n // _STALL_DIV)
+
+
+def _to_coarsest(levels, level: int, n: int) -> np.ndarray:
+    """Each node of level ``level`` (``n`` nodes)'s node on the coarsest level: the cluster maps composed."""
+    up = np.arange(n)
+    for cmap, _ in levels[level:]:
+        up = cmap[up]
+    return up
+
+
 def _csr(edge_index: np.ndarray, n: int, edge_weights: Optional[np.ndarray]):
     if edge_weights is None:  # a mesh's edge_index already is the CSR: no [E] copies, no build
         view = csr_view(np.asarray(edge_index), n)
@@ -167,7 +180,7 @@ def multilevel_refine(
     cands = K.boundary_candidates(indptr, indices, assign)
     if not K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1, *cands, *_NO_QUOTIENT):
         assign = np.array(assignment, dtype=np.int64, copy=True)  # keep the input's balance, refine within it
-        K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _STALL, _MIN_GAIN, salt,
+        K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _stall(n), _MIN_GAIN, salt,
                     *K.boundary_candidates(indptr, indices, assign))
         return assign
     best, best_cut = assign, K.candidate_cut(indptr, indices, data, assign, cands[1], cands[2][0])
@@ -180,8 +193,8 @@ def multilevel_refine(
         elif free:  # the input beats what matching across parts found: refine it in place instead
             if np.isfinite(cut):  # a good input (the cycle ended within the bound): FM on it suffices
                 out = best.copy()
-                cut = K.fm_refine(indptr, indices, data, vw, out, num_parts, max_w, _PASSES,
-                                  max(_STALL, n // _STALL_DIV), _MIN_GAIN, salt + 3, *K.boundary_candidates(indptr, indices, out))
+                cut = K.fm_refine(indptr, indices, data, vw, out, num_parts, max_w, _PASSES, _stall(n), _MIN_GAIN,
+                                  salt + 3, *K.boundary_candidates(indptr, indices, out))
             else:  # the cycle found nothing within the bound: a V-cycle matched inside the parts
                 out, cut = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w),
                                     salt + 3, free=False)
@@ -198,7 +211,7 @@ def multilevel_refine(
 def _coarsest(g, a, num_parts, bound, total, salt, grow):
     """Refine the coarsest level's parts ``a``; with ``grow``, also parts regrown by greedy graph growing
     (:func:`~meshshard.partitioners._refine_numba.grow_parts`) from ``a`` and then from the best result so far.
-    Returns ``(parts, listed)`` (``listed``: its boundary candidates, see
+    Returns ``(parts, cands)`` (``cands``: its boundary candidates ``(listed, cand, count)``, see
     :func:`~meshshard.partitioners._refine_numba.boundary_candidates`) of the lowest cut within ``bound`` plus one
     node weight (coarse nodes are too heavy to balance exactly; the finer levels rebalance)."""
     limit = bound + float(g[3].max())
@@ -213,10 +226,10 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow):
         cut = K.fm_refine(*g, start, num_parts, bound, _PASSES, stall, _MIN_GAIN, salt, *cands)
         if not grow or np.bincount(start, weights=g[3], minlength=num_parts).max() <= limit:
             if best is None or cut < best[0]:
-                best = (cut, start, cands[0])
+                best = (cut, start, cands)
     if best is None:  # no try within the limit: the finer levels rebalance the start's
         start = a.copy()
-        return start, K.boundary_candidates(*g[:2], start)[0]
+        return start, K.boundary_candidates(*g[:2], start)
     return best[1], best[2]
 
 
@@ -230,9 +243,8 @@ def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w
     # the bound tightens level by level to max_w one level above the finest, so the finest level, the
     # largest, has little left to rebalance (measured: 0.9x the time of reaching max_w at the finest, same cuts)
     bound = max_w + (coarse_w - max_w) * max(level - 1, 0) / max(len(levels) - 1, 1)
-    nl = g[0].shape[0] - 1
     K.rebalance(*g, a, num_parts, bound, salt + level, _COARSE_ROUNDS if level else -1, *cands, *quotient)
-    cut = K.fm_refine(*g, a, num_parts, bound, passes, max(_STALL, nl // _STALL_DIV), _MIN_GAIN, salt + level, *cands)
+    cut = K.fm_refine(*g, a, num_parts, bound, passes, _stall(a.shape[0]), _MIN_GAIN, salt + level, *cands)
     return a, cands[0], cut
 
 
@@ -253,7 +265,6 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
     max_vw = max(float(vw.max()), min(1.5 * total / coarsest, 0.5 * (coarse_w - total / num_parts)))
     g = (indptr, indices, data, vw)
     a = np.zeros_like(assign) if free else assign.copy()  # assign stays the fallback
-    to_coarse = np.arange(assign.shape[0]) if free else None  # each node's coarsest node (for the majority vote)
     depth = 0
     while g[0].shape[0] - 1 > coarsest:
         cmap, nc, mate = K.match_in_parts(*g, a, max_vw, salt * 131 + depth)
@@ -263,30 +274,22 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
         ca = np.empty(nc, dtype=np.int64)
         ca[cmap] = a
         g, a = K.contract(*g, cmap, mate, nc), ca
-        if free:
-            to_coarse = cmap[to_coarse]
         depth += 1
     top = len(levels)
     best, best_cut = assign, np.inf
-    seed_parts = None  # (level, its parts) where the last seeding pass stopped
+    seed_level, seed = 0, assign  # the parts the next majority vote starts from, and their level
     for restart in range(1 + (restarts if free else 0)):
         if free:
-            if seed_parts is None:
-                a = K.majority_parts(to_coarse, best, vw, g[0].shape[0] - 1, num_parts)
-            else:
-                lvl, pa = seed_parts
-                up = np.arange(pa.shape[0])
-                for k in range(lvl, top):
-                    up = levels[k][0][up]
-                a = K.majority_parts(up, pa, levels[lvl][1][3], g[0].shape[0] - 1, num_parts)
+            seed_vw = vw if seed_level == 0 else levels[seed_level][1][3]
+            a = K.majority_parts(_to_coarsest(levels, seed_level, seed.shape[0]), seed, seed_vw, g[0].shape[0] - 1,
+                                 num_parts)
             if np.unique(a).shape[0] < num_parts:  # a part lost every cluster: this start cannot help
                 break
-        a, listed = _coarsest(g, a, num_parts, max_w + (coarse_w - max_w) * (top > 0), total, salt + top + 5 * restart,
-                              grow=free)
+        a, (listed, cand, count) = _coarsest(g, a, num_parts, max_w + (coarse_w - max_w) * (top > 0), total,
+                                             salt + top + 5 * restart, grow=free)
         cut = K.cut_weight(indptr, indices, data, a) if top == 0 else np.inf
         # the parts' adjacency at the coarsest level guides rebalancing on every finer one (it costs a scan
         # of the boundary per level otherwise; moves seldom join new parts)
-        _, cand, count = K.boundary_candidates(g[0], g[1], a)
         quotient = K.quotient_graph(g[0], g[1], a, num_parts, cand, count[0])
         seeding = free and restart < restarts
         stop = min(_SEED_STOP, top - 1) if seeding and top > 1 else 0
@@ -294,9 +297,10 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
             a, listed, cut = _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt + 5 * restart,
                                            _SEED_PASSES if seeding else _PASSES)
         if stop > 0:
-            seed_parts = (stop, a)
+            seed_level, seed = stop, a
             continue
         if np.bincount(a, weights=vw, minlength=num_parts).max() <= max_w and np.bincount(a, minlength=num_parts).min() > 0 \
                 and cut < best_cut:
             best, best_cut = a, cut
+        seed_level, seed = 0, best
     return best, best_cut
