@@ -7,13 +7,45 @@
   of the owned rows, the local edges' features).
 - :class:`DatasetStats`, :class:`FieldStats`, :class:`Moments`: mean / std computed once.
 """
-from meshshard.datasets.fields import (edge_features, field_columns, mesh_graph, mesh_to_data, node_type_ids, parse_field,
-                                      select_fields)
-from meshshard.datasets.mesh_dataset import MeshDataset, list_mesh_files, model_inputs, node_type_vocabulary
-from meshshard.datasets.preprocess import (PreprocessResult, check_dataset_dir, is_dataset_dir, preprocess_dataset,
-                                          read_dataset_meta, verify_dataset)
-from meshshard.datasets.sharded import ShardedMeshDataset, ShardedSample
-from meshshard.datasets.stats import DatasetStats, FieldStats, Moments, sample_moments
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# names -> defining submodule, imported on first use: ``meshshard partition`` needs only ``fields`` and
+# would otherwise pull in the ShardTensor and DTensor stack through ``sharded`` (0.9 s of imports)
+_EXPORTS = {
+    "edge_features": "fields", "field_columns": "fields", "mesh_graph": "fields", "mesh_to_data": "fields",
+    "node_type_ids": "fields", "parse_field": "fields", "select_fields": "fields",
+    "MeshDataset": "mesh_dataset", "list_mesh_files": "mesh_dataset", "model_inputs": "mesh_dataset",
+    "node_type_vocabulary": "mesh_dataset",
+    "PreprocessResult": "preprocess", "check_dataset_dir": "preprocess", "is_dataset_dir": "preprocess",
+    "preprocess_dataset": "preprocess", "read_dataset_meta": "preprocess", "verify_dataset": "preprocess",
+    "ShardedMeshDataset": "sharded", "ShardedSample": "sharded",
+    "DatasetStats": "stats", "FieldStats": "stats", "Moments": "stats", "sample_moments": "stats",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"meshshard.datasets.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'meshshard.datasets' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
+if TYPE_CHECKING:  # pragma: no cover - for static analysers only
+    from meshshard.datasets.fields import (edge_features, field_columns, mesh_graph, mesh_to_data, node_type_ids, parse_field,
+                                          select_fields)
+    from meshshard.datasets.mesh_dataset import MeshDataset, list_mesh_files, model_inputs, node_type_vocabulary
+    from meshshard.datasets.preprocess import (PreprocessResult, check_dataset_dir, is_dataset_dir, preprocess_dataset,
+                                              read_dataset_meta, verify_dataset)
+    from meshshard.datasets.sharded import ShardedMeshDataset, ShardedSample
+    from meshshard.datasets.stats import DatasetStats, FieldStats, Moments, sample_moments
 
 __all__ = [
     "MeshDataset",

@@ -4,6 +4,8 @@ Everything above this layer (tensor, graph, ops, models) moves data between rank
 functions re-exported here, so that gloo (CPU) and NCCL (GPU) share one code path and so that every
 function also works in a plain single process with no process group (world size 1).
 """
+from typing import TYPE_CHECKING
+
 from meshshard.distributed.process_group import (
     init_distributed,
     destroy_distributed,
@@ -49,18 +51,36 @@ from meshshard.distributed.agree import (
     run_together,
     validation,
 )
-from meshshard.distributed.dtensor import (
-    DTensor,
-    DeviceMesh,
-    DTensorSpec,
-    TensorMeta,
-    Placement,
-    Shard,
-    Replicate,
-    Partial,
-    init_device_mesh,
-    default_device_mesh,
-)
+
+# DTensor's names load torch.distributed.tensor (0.9 s of imports) on first use: the halo and
+# partition code needs only the collectives above
+_DTENSOR_NAMES = frozenset({"DTensor", "DeviceMesh", "DTensorSpec", "TensorMeta", "Placement", "Shard", "Replicate",
+                            "Partial", "init_device_mesh", "default_device_mesh"})
+
+
+def __getattr__(name: str):
+    if name in _DTENSOR_NAMES:
+        from meshshard.distributed import dtensor
+
+        value = getattr(dtensor, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'meshshard.distributed' has no attribute {name!r}")
+
+
+if TYPE_CHECKING:  # pragma: no cover - for static analysers only
+    from meshshard.distributed.dtensor import (
+        DTensor,
+        DeviceMesh,
+        DTensorSpec,
+        TensorMeta,
+        Placement,
+        Shard,
+        Replicate,
+        Partial,
+        init_device_mesh,
+        default_device_mesh,
+    )
 
 __all__ = [
     "init_distributed",
