@@ -449,22 +449,32 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     cap = n + indices.shape[0]
     hk, ht, hn = np.empty(cap), np.empty(cap, dtype=np.uint64), np.empty(cap, dtype=np.int64)
     nc = count[0]
+    # a node's best move changes only when a neighbour (or the node) changes part; between passes the others
+    # keep their rating from the pass before (a part's room is re-checked when the node is popped)
+    dirty = np.ones(n, dtype=np.bool_)
+    gain_c = np.empty(n)
+    tgt_c = np.empty(n, dtype=np.int64)
+    cut = 0.0
     for pass_ in range(max_passes):
         s = np.uint64(salt) * np.uint64(1009) + np.uint64(pass_)
         size = 0
-        cut = 0.0
         kept = 0
         for i in range(nc):
             u = cand[i]
-            g, t, out, boundary = _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
-            if not boundary:
-                listed[u] = False
-                continue
-            cut += out
+            if dirty[u] or tgt_c[u] < 0:
+                dirty[u] = False
+                g, t, out, boundary = _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+                if not boundary:
+                    listed[u] = False
+                    continue
+                if pass_ == 0:
+                    cut += out
+                gain_c[u] = g
+                tgt_c[u] = t
             cand[kept] = u
             kept += 1
-            if t >= 0:
-                size = _push(hk, ht, hn, size, g, _mix(u, s), u)
+            if tgt_c[u] >= 0:
+                size = _push(hk, ht, hn, size, gain_c[u], _mix(u, s), u)
         nc = kept
         nmoves, best_len, cum, best_cum = 0, 0, 0.0, 0.0
         while size > 0:
@@ -512,11 +522,16 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
             sizes[t] -= 1
             sizes[src] += 1
         for i in range(best_len):  # the kept moves may have made their neighbours boundary nodes
-            nc = _list_around(log_node[i], indptr, indices, listed, cand, nc)
+            u = log_node[i]
+            nc = _list_around(u, indptr, indices, listed, cand, nc)
+            dirty[u] = True
+            for e in range(indptr[u], indptr[u + 1]):
+                dirty[indices[e]] = True
         for i in range(nmoves):
             locked[log_node[i]] = False
         if best_cum <= min_gain * 0.5 * cut + 1e-9:  # (cut counted each edge twice)
             break
+        cut -= 2.0 * best_cum
     count[0] = nc
     return candidate_cut(indptr, indices, data, assign, cand, nc)
 
