@@ -11,7 +11,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "majority_parts", "contract", "boundary_candidates",
-           "project_candidates", "candidate_cut", "fm_refine", "quotient_graph", "rebalance", "label_components", "repair_components", "cut_weight", "grow_parts"]
+           "project_candidates", "candidate_cut", "fm_refine", "quotient_graph", "rebalance", "label_components", "label_components_edges", "repair_components", "cut_weight", "grow_parts"]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
@@ -717,8 +717,35 @@ def _root(parent, u):
 
 
 @njit(cache=True)
+def _union(parent, u, v):
+    """Join the sets of ``u`` and ``v``; the smaller id becomes the root, so each root is its set's smallest node."""
+    ru, rv = _root(parent, u), _root(parent, v)
+    if ru < rv:
+        parent[rv] = ru
+    elif rv < ru:
+        parent[ru] = rv
+
+
+@njit(cache=True)
+def _labels(parent):
+    """``(label [n], count)`` of a union-find forest whose roots are their sets' smallest nodes, numbered in
+    root order."""
+    n = parent.shape[0]
+    label = np.empty(n, dtype=np.int64)
+    count = 0
+    for u in range(n):  # a root precedes the rest of its component, so its label is set first
+        r = _root(parent, u)
+        if r == u:
+            label[u] = count
+            count += 1
+        else:
+            label[u] = label[r]
+    return label, count
+
+
+@njit(cache=True)
 def label_components(indptr, indices, assign):
-    """Connected components of each part's induced subgraph -> ``(label [n], count)``.
+    """Connected components of each part's induced subgraph (symmetric CSR) -> ``(label [n], count)``.
 
     Labels are numbered in the order of each component's smallest node id. Union-find over the
     edges in CSR order: the rows are read in sequence, where a graph search reads them in
@@ -731,22 +758,20 @@ def label_components(indptr, indices, assign):
         for e in range(indptr[u], indptr[u + 1]):
             v = indices[e]
             if v > u and assign[v] == a:
-                ru, rv = _root(parent, u), _root(parent, v)
-                if ru != rv:  # the smaller id becomes the root: each root is its component's smallest node
-                    if ru < rv:
-                        parent[rv] = ru
-                    else:
-                        parent[ru] = rv
-    label = np.empty(n, dtype=np.int64)
-    count = 0
-    for u in range(n):  # a root precedes the rest of its component, so its label is set first
-        r = _root(parent, u)
-        if r == u:
-            label[u] = count
-            count += 1
-        else:
-            label[u] = label[r]
-    return label, count
+                _union(parent, u, v)
+    return _labels(parent)
+
+
+@njit(cache=True)
+def label_components_edges(src, dst, assign):
+    """:func:`label_components` of an edge list ``src[i] - dst[i]`` (one or both directions, any order):
+    no CSR to build or check."""
+    parent = np.arange(assign.shape[0])
+    for i in range(src.shape[0]):
+        u, v = src[i], dst[i]
+        if assign[u] == assign[v]:
+            _union(parent, u, v)
+    return _labels(parent)
 
 
 @njit(cache=True)

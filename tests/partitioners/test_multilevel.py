@@ -6,7 +6,7 @@ import torch
 import meshshard as ms
 from meshshard.partitioners import Partition, partition, partition_quality
 from meshshard.partitioners import _refine_numba as K
-from meshshard.partitioners.multilevel import _csr, multilevel_refine
+from meshshard.partitioners.multilevel import _csr, multilevel_refine, part_components
 from tests.conftest import MESH_FILES
 from tests.partitioners._meshes import partition_of
 
@@ -124,13 +124,27 @@ def test_component_labels_match_scipy_per_part(data_dir):
     n = pts.shape[0]
     indptr, indices, _ = _csr(ei, n, None)
     rng = np.random.default_rng(5)
+    one_way = ei[:, ei[0] > ei[1]]  # the edge-list kernel takes either direction alone, in any order
+    one_way = one_way[:, rng.permutation(one_way.shape[1])]
     for assign in (partition(pts, 5, "morton", refine=False).assignment.numpy(), rng.integers(0, 3, n)):
-        label, count = K.label_components(indptr, indices, assign)
         keep = assign[ei[0]] == assign[ei[1]]
         inside = sp.coo_matrix((np.ones(keep.sum()), (ei[0][keep], ei[1][keep])), shape=(n, n))
         want_count, want = connected_components(inside, directed=False)
         _, first = np.unique(want, return_index=True)  # renumber scipy's labels by smallest node id
         order = np.empty(want_count, dtype=np.int64)
         order[np.argsort(first)] = np.arange(want_count)
-        assert count == want_count and np.array_equal(label, order[want])
+        for label, count in (K.label_components(indptr, indices, assign),
+                             K.label_components_edges(one_way[0], one_way[1], assign),
+                             K.label_components_edges(ei[1], ei[0], assign)):
+            assert count == want_count and np.array_equal(label, order[want])
         assert count > assign.max() + 1  # both starts split some part: the check sees more than one piece per part
+        pieces = part_components(assign, one_way, int(assign.max()) + 1)
+        assert np.array_equal(pieces, np.bincount(assign[first], minlength=int(assign.max()) + 1))
+
+
+def test_part_components_rejects_bad_edges():
+    a = np.array([0, 0, 1])
+    with pytest.raises(ValueError, match=r"outside \[0, 3\)"):
+        part_components(a, np.array([[0, 1], [1, 3]]))
+    with pytest.raises(ValueError, match="shape"):
+        part_components(a, np.array([0, 1, 2]))
