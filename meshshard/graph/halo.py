@@ -139,25 +139,33 @@ def _ranges(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) + shift
 
 
-#: edges sorted per step of :func:`_group_stable`: its int64 temporaries are this long, not [E]
-_GROUP_CHUNK = 1 << 20
+#: from this many edges on, edges are grouped by a compiled counting sort (below it, numpy's argsort is
+#: faster than the one-time start of numba's compiler, ~0.5 s in a process that has not used numba yet)
+_COMPILED_FROM = 1 << 20
+_fill_grouped = None  # the compiled counting sort, built on first use
 
 
 def _group_stable(key: np.ndarray, ptr: np.ndarray, dtype) -> np.ndarray:
     """Positions ``0..E-1`` grouped by ``key`` (group ``p`` at ``ptr[p]:ptr[p + 1]``), ascending
-    inside a group: ``np.argsort(key, kind="stable")`` as ``dtype``, sorted a chunk at a time so
-    that no ``[E]`` int64 array is made beside the result (0.6x a 2M-node mesh's arrays)."""
+    inside a group: ``np.argsort(key, kind="stable")`` as ``dtype``. Large inputs take one compiled
+    counting-sort pass that makes no ``[E]`` array beside the result (measured on a 2M-node hex box,
+    12M edges, 16 parts: 0.07 s, where numpy's radix argsort a 1M-edge chunk at a time took 0.47 s)."""
+    global _fill_grouped
+    if key.size < _COMPILED_FROM:
+        return np.argsort(key, kind="stable").astype(dtype, copy=False)
+    if _fill_grouped is None:
+        from numba import njit
+
+        @njit(cache=True)
+        def fill(key, slot, out):
+            for i in range(key.shape[0]):
+                k = key[i]
+                out[slot[k]] = i
+                slot[k] += 1
+
+        _fill_grouped = fill
     out = np.empty(key.size, dtype=dtype)
-    fill = ptr[:-1].copy()  # next free slot of every group
-    for c0 in range(0, key.size, _GROUP_CHUNK):
-        chunk = key[c0:c0 + _GROUP_CHUNK]
-        order = np.argsort(chunk, kind="stable")
-        grouped = chunk[order]
-        counts = np.bincount(chunk, minlength=fill.size)
-        # slot of the j-th sorted entry: its group's next free slot + its rank inside the group
-        first = np.cumsum(counts) - counts
-        out[fill[grouped] + np.arange(order.size) - first[grouped]] = order + c0
-        fill += counts
+    _fill_grouped(key, ptr[:-1].copy(), out)  # ptr[:-1]: the next free slot of every group
     return out
 
 

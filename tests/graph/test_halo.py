@@ -1,6 +1,7 @@
 """Halo layouts: the vectorised all-parts builder against a slow per-part reference on real meshes."""
 from collections import defaultdict
 
+import numpy as np
 import pytest
 import torch
 
@@ -71,12 +72,17 @@ def test_build_halos_matches_reference(naca, graph, num_parts, method):
         assert torch.equal(one.edge_ids, layouts[-1].edge_ids) and torch.equal(one.ghost_ids, layouts[-1].ghost_ids)
 
 
-def test_edges_grouped_by_part_a_chunk_at_a_time_give_the_same_layouts(naca, monkeypatch):
+def test_edges_grouped_by_the_compiled_counting_sort_give_the_same_layouts(naca, monkeypatch):
     import meshshard.graph.halo as halo
 
     pts, ei = naca
     part = make_partition(pts, ei, 7, "hilbert")
-    monkeypatch.setattr(halo, "_GROUP_CHUNK", 999)  # ~30 chunks, boundaries inside every part's run
+    key = np.random.default_rng(0).integers(0, 5, 3000).astype(np.uint16)
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(key, minlength=5))])
+    monkeypatch.setattr(halo, "_COMPILED_FROM", 0)  # the path of meshes with >= 1M edges
+    for dtype in (np.int32, np.int64):
+        got = halo._group_stable(key, ptr, dtype)
+        assert got.dtype == dtype and np.array_equal(got, np.argsort(key, kind="stable"))
     for r, lay in enumerate(build_halos(ei, part, 2)):
         for key, value in reference_layout(ei, part, r, 2).items():
             assert torch.equal(getattr(lay, key), value), (r, key)
