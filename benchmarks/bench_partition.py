@@ -571,6 +571,8 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
 
     With several ``seeds``, the geometric methods run once per seed (the seed varies the refinement's matching
     and tie-breaks); a cell then adds the range of the cut over the seeds, and the worst case counts every seed.
+    METIS runs at every seed too: its column gives the range of its own cut over the seeds / its cut at the
+    first seed (the reference of every ratio), which shows how far one METIS run is from another.
     """
     from meshshard.datasets.gmsh_meshes import GMSH_FAMILY
     from meshshard.partitioners import Partition
@@ -587,7 +589,8 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
           f"(geometric partition + refinement, seed {seeds[0]}; numba JIT loaded once first, {t_jit:.1f} s)"
           + (f"; [range of the cut over seeds {', '.join(map(str, seeds))}]" if len(seeds) > 1 else "") + "\n")
     cols = ["kdtree", "hilbert", "morton"] + (["kdtree+mtk", "hilbert+mtk"] if has_mtk else [])
-    print("| mesh | N | METIS time [s] | " + " | ".join(f"{c} cut, time" for c in cols) + " | disconnected parts (METIS; "
+    metis_head = "METIS time [s]" + (" [its cut over the seeds / seed " + str(seeds[0]) + "'s]" if len(seeds) > 1 else "")
+    print(f"| mesh | N | {metis_head} | " + " | ".join(f"{c} cut, time" for c in cols) + " | disconnected parts (METIS; "
           + ", ".join(cols) + ") |")
     print("|---|---|---|" + "---|" * len(cols) + "---|")
     cases = [(f"{name} ~{n // 1000}k", lambda f=f, n=n: f(n)) for n in sizes for name, f in GMSH_FAMILY.items()]
@@ -595,13 +598,19 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
         side = round((big / 8) ** (1 / 3))
         cases.append((f"graded hex lattice {4 * side}x{2 * side}x{side}", lambda: graded_hex_lattice(4 * side, 2 * side, side)))
     worst = {c: [0.0, 0.0] for c in cols}
+    metis_spread = [1.0, 1.0]  # METIS's own cut over the seeds / its first seed's: lowest, highest
+    paired = {c: 0.0 for c in cols}  # worst cut / METIS's cut at the same seed
     for label, make in cases:
         got = make()
         pts, ei = (got.points, got.edge_index().numpy()) if hasattr(got, "points") else got
         n = pts.shape[0]
         rep = 3 if n < 50_000 else 1
-        g, tm = _timed(lambda: partition(pts, num_parts, "graph", edge_index=ei), rep)
+        g, tm = _timed(lambda: partition(pts, num_parts, "graph", edge_index=ei, seed=seeds[0]), rep)
         qg = partition_quality(g, ei)
+        metis_cuts = [qg["edge_cut"]] + [partition_quality(partition(pts, num_parts, "graph", edge_index=ei, seed=s),
+                                                           ei)["edge_cut"] for s in seeds[1:]]
+        m_lo, m_hi = min(metis_cuts) / metis_cuts[0], max(metis_cuts) / metis_cuts[0]
+        metis_spread = [min(metis_spread[0], m_lo), max(metis_spread[1], m_hi)]
         cells, pieces = [], [str(qg["disconnected_parts"])]
         for c in cols:
             method = c.split("+")[0]
@@ -621,12 +630,18 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
                 cuts.append(qs["edge_cut"] / qg["edge_cut"])
                 tr, imb = max(tr, ts / tm), max(imb, qs["imbalance"])
             worst[c] = [max(worst[c][0], max(cuts)), max(worst[c][1], tr)]
+            paired[c] = max([paired[c]] + [x * metis_cuts[0] / m for x, m in zip(cuts, metis_cuts)])
             cells.append(f"{cut:.3f}, {t / tm:.2f}" + (f" [{min(cuts):.2f}-{max(cuts):.2f}]" if len(cuts) > 1 else "")
                          + ("" if imb <= 1.01 + 1e-9 else f" (imb {imb:.3f})"))
             pieces.append(str(q["disconnected_parts"]))
-        print(f"| {label} | {n} | {tm:.3f} | " + " | ".join(cells) + " | " + ", ".join(pieces) + " |", flush=True)
+        metis_cell = f"{tm:.3f}" + (f" [{m_lo:.2f}-{m_hi:.2f}]" if len(seeds) > 1 else "")
+        print(f"| {label} | {n} | {metis_cell} | " + " | ".join(cells) + " | " + ", ".join(pieces) + " |", flush=True)
     print("\nWorst over the meshes (cut / METIS, time / METIS): "
           + "; ".join(f"{c} {w[0]:.3f}, {w[1]:.2f}" for c, w in worst.items()))
+    if len(seeds) > 1:
+        print(f"METIS itself over seeds {', '.join(map(str, seeds))}: its cut is {metis_spread[0]:.3f}-"
+              f"{metis_spread[1]:.3f}x its seed-{seeds[0]} cut across the meshes. Worst cut / METIS's cut at the "
+              "same seed: " + "; ".join(f"{c} {w:.3f}" for c, w in paired.items() if not c.endswith("+mtk")))
     return worst
 
 
