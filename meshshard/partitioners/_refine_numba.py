@@ -272,25 +272,15 @@ def _feasible_target(u, own, vw, part_w, max_w, conn, touched, nt):
 
 
 @njit(cache=True)
-def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
-    """Best feasible move of ``u`` -> ``(gain, target)``; target -1 when none (or ``u`` is interior).
+def _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
+    """Best feasible move of ``u``, the weight of its cut edges and whether it is on the boundary, from one
+    tally of its row -> ``(gain, target, cut weight, boundary)``; target -1 when there is no move (or ``u``
+    is interior).
 
     The target is the neighbouring part with the most edge weight to ``u`` among those that stay
     within ``max_w`` with ``u``; ties go to the lighter part. ``conn`` (float64 ``[P]``, all -1:
     "not listed", so zero-weight edges still list their part once) and ``touched`` are scratch.
     """
-    own = assign[u]
-    nt = _tally(u, indptr, indices, data, assign, conn, touched)
-    best, best_c = _feasible_target(u, own, vw, part_w, max_w, conn, touched, nt)
-    gain = best_c - max(conn[own], 0.0)
-    _untally(conn, touched, nt)
-    return gain, best
-
-
-@njit(cache=True)
-def _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
-    """:func:`_best_move` of ``u``, the weight of its cut edges and whether it is on the boundary, from one
-    tally of its row -> ``(gain, target, cut weight, boundary)``."""
     own = assign[u]
     nt = _tally(u, indptr, indices, data, assign, conn, touched)
     out = 0.0
@@ -302,6 +292,13 @@ def _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
     boundary = nt > 1 or (nt == 1 and touched[0] != own)
     _untally(conn, touched, nt)
     return gain, best, out, boundary
+
+
+@njit(cache=True)
+def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched):
+    """:func:`_scan_move`'s ``(gain, target)``."""
+    gain, best, _, _ = _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+    return gain, best
 
 
 @njit(cache=True)
@@ -429,7 +426,8 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     """k-way Fiduccia-Mattheyses passes with a gain heap and rollback to the best prefix. Modifies ``assign``.
 
     Each pass puts every boundary node on a max-heap keyed by the gain of its best feasible move
-    (target part stays within ``max_w``; a part never empties), then repeatedly moves the top
+    (target part stays within ``max_w``; a part never empties; a node whose neighbourhood no kept move
+    touched keeps the previous pass's rating), then repeatedly moves the top
     node (gains are recomputed when popped, stale entries re-queued), locks it and re-queues its
     neighbours, accepting negative gains (hill climbing) until ``stall_limit`` moves pass without
     a new best; the moves after the best prefix are undone. Passes repeat while one removes more
