@@ -13,8 +13,8 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
 
 The first V-cycle matches across parts (as METIS coarsens). Its coarsest level starts from each
 cluster's majority part and, as further tries, from parts regrown by greedy graph growing out of
-those and out of the best try; the lowest cut is uncoarsened (one FM pass per level) to one level
-above the finest. Then it uncoarsens once more, from the majority parts of that result on the
+those and out of the best try; the lowest cut (of the tries whose parts are connected, if any) is
+uncoarsened (one FM pass per level) to one level above the finest. Then it uncoarsens once more, from the majority parts of that result on the
 same hierarchy: the coarsest cut of a geometric start foretells the final cut poorly, a refined
 result's parts do. If the input still cuts less (a start already better than what matching across
 parts finds), FM passes refine the input itself (a V-cycle that matches inside parts, if that cycle
@@ -234,7 +234,9 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow):
     (:func:`~meshshard.partitioners._refine_numba.grow_parts`) from ``a`` and then from the best result so far.
     Returns ``(parts, cands)`` (``cands``: its boundary candidates ``(listed, cand, count)``, see
     :func:`~meshshard.partitioners._refine_numba.boundary_candidates`) of the lowest cut within ``bound`` plus one
-    node weight (coarse nodes are too heavy to balance exactly; the finer levels rebalance)."""
+    node weight (coarse nodes are too heavy to balance exactly; the finer levels rebalance), of the tries whose
+    parts are connected if any are (measured on the gmsh family, seeds 0-2: a hilbert start on the ~10k vessel
+    went from 1.18x METIS's cut to 0.95x, the mean from 1.019x to 1.013x)."""
     limit = bound + float(g[3].max())
     stall = max(_STALL // 2, (g[0].shape[0] - 1) // _COARSEST_STALL_DIV)
     best = None  # (cut, parts, listed)
@@ -246,8 +248,10 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow):
         K.rebalance(*g, start, num_parts, bound, salt, -1, *cands, *_NO_QUOTIENT)
         cut = K.fm_refine(*g, start, num_parts, bound, _PASSES, stall, _MIN_GAIN, salt, *cands)
         if not grow or np.bincount(start, weights=g[3], minlength=num_parts).max() <= limit:
-            if best is None or cut < best[0]:
-                best = (cut, start, cands)
+            # a part in pieces here stays in pieces (FM moves nodes, not pieces): connected parts come first
+            key = (K.label_components(g[0], g[1], start)[1] > num_parts, cut)
+            if best is None or key < best[0]:
+                best = (key, start, cands)
     if best is None:  # no try within the limit: the finer levels rebalance the start's
         start = a.copy()
         return start, K.boundary_candidates(*g[:2], start)
