@@ -5,6 +5,7 @@ import argparse
 import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -98,11 +99,15 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     check_shard_dir(out)
     t0 = time.perf_counter()
-    with progress(3, "meshshard partition", not args.quiet) as bar:
-        mesh, edge_index, graph_info = load_mesh_and_graph(src, args.knn, bar)
-        mesh.cells.clear()  # the graph is built: free the element arrays before METIS and the part files
-        release_free_heap()
-        part = run_partition(mesh, edge_index, args.num_parts, args.method, args.seed, not args.no_refine, bar)
+    # the source file's checksum is read beside the reader (hashlib releases the GIL while it hashes)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshshard-sha256") as background:
+        source_sha256 = background.submit(sha256_file, src)
+        with progress(3, "meshshard partition", not args.quiet) as bar:
+            mesh, edge_index, graph_info = load_mesh_and_graph(src, args.knn, bar)
+            mesh.cells.clear()  # the graph is built: free the element arrays before METIS and the part files
+            release_free_heap()
+            part = run_partition(mesh, edge_index, args.num_parts, args.method, args.seed, not args.no_refine, bar)
+        source_sha256 = source_sha256.result()
     node_data = {"pos": torch.from_numpy(mesh.points)}
     skipped = []
     for name, arr in mesh.point_data.items():
@@ -112,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         node_data[name] = torch.from_numpy(np.ascontiguousarray(arr))
     meta = {
         "source": str(src.resolve()),
-        "source_sha256": sha256_file(src),
+        "source_sha256": source_sha256,
         "source_format": src.suffix.lower(),
         "seed": args.seed,
         "refine": not args.no_refine,

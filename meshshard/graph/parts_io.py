@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
@@ -102,7 +103,6 @@ def save_parts(
     Returns:
         ``Path`` of ``out_dir``.
     """
-    from meshshard.graph.halo import iter_all_parts
     from meshshard.graph.sharded_graph import _check_hops
     from meshshard.partitioners import Partition
 
@@ -121,47 +121,17 @@ def save_parts(
     # An old meta.json would vouch for files we are about to replace: remove it first.
     (out / "meta.json").unlink(missing_ok=True)
 
-    files: Dict[str, str] = {}
-    files["partition.pt"] = atomic_torch_save(partition.state_dict(), out / "partition.pt")  # what Partition.save writes
-
-    from tqdm import tqdm
-
-    parts = iter_all_parts(ei, partition, halo_hops)  # one part's edges in memory at a time
-    for r, (lay, plan) in enumerate(tqdm(parts, total=partition.num_parts, desc="writing parts", disable=not progress)):
-        local_ids = torch.cat([lay.owned_ids, lay.ghost_ids])
-        part = {
-            "format_version": FORMAT_VERSION,
-            "rank": r,
-            "num_parts": partition.num_parts,
-            "num_nodes": n,
-            "num_edges": int(ei.shape[1]),
-            "halo_hops": halo_hops,
-            "owned_ids": lay.owned_ids,
-            "ghost_ids": lay.ghost_ids,
-            "ghost_owner": lay.ghost_owner,
-            "ghost_owner_index": lay.ghost_owner_index,
-            "node_hop": lay.node_hop,
-            "edge_index": lay.edge_index,
-            "edge_ids": lay.edge_ids,
-            "edge_hop_ptr": lay.edge_hop_ptr,
-            "send_index": plan.send_index,
-            "send_counts": plan.send_counts,
-            "sizes": list(partition.sizes),
-            # indexing copies: the part file holds only these rows, not the [N] / [E] arrays
-            "node_data": {k: v[local_ids] for k, v in nodes.items()},
-            "edge_data": {k: v[lay.edge_ids] for k, v in edges.items()},
-        }
-        name = part_file_name(r)
-        files[name] = atomic_torch_save(part, out / name)
-
-    # parts of an earlier run with more parts would look like ours to a reader that globs: remove them
-    for stale in out.glob("part_*.pt"):
-        if stale.name not in files:
-            stale.unlink()
-
     from meshshard.partitioners import partition_quality
 
-    quality = {k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in partition_quality(partition, ei).items()}
+    # the quality report reads only the edges and the assignment: it runs beside the writing (its union-find and
+    # numpy's loops release the GIL), so on two cores it costs little of the command's time
+    background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshshard-quality")
+    quality_job = background.submit(partition_quality, partition, ei)
+    try:
+        files = _write_part_files(out, ei, partition, nodes, edges, halo_hops, progress)
+        quality = {k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in quality_job.result().items()}
+    finally:
+        background.shutdown(wait=True)
 
     info = {
         "format_version": FORMAT_VERSION,
@@ -182,6 +152,60 @@ def save_parts(
     with atomic_path(out / "meta.json") as tmp:
         tmp.write_text(json.dumps(info, indent=2, default=_json_default))
     return out
+
+
+def _write_part_files(out: Path, ei, partition, nodes, edges, halo_hops: int, progress: bool) -> Dict[str, str]:
+    """Write ``partition.pt`` and every part file into ``out`` -> ``{file name: sha256}``; delete stale part files."""
+    from tqdm import tqdm
+
+    from meshshard.graph.halo import iter_all_parts
+
+    n = partition.num_nodes
+    files: Dict[str, str] = {}
+    files["partition.pt"] = atomic_torch_save(partition.state_dict(), out / "partition.pt")  # what Partition.save writes
+    parts = iter_all_parts(ei, partition, halo_hops)  # one part's edges in memory at a time
+    # a thread serialises, hashes and writes part r while this one builds part r + 1's halo (hashing and file
+    # writes release the GIL); one file in flight at most, so two parts are in memory at a time
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshshard-write") as writer:
+        pending = None
+        for r, (lay, plan) in enumerate(tqdm(parts, total=partition.num_parts, desc="writing parts",
+                                             disable=not progress)):
+            local_ids = torch.cat([lay.owned_ids, lay.ghost_ids])
+            part = {
+                "format_version": FORMAT_VERSION,
+                "rank": r,
+                "num_parts": partition.num_parts,
+                "num_nodes": n,
+                "num_edges": int(ei.shape[1]),
+                "halo_hops": halo_hops,
+                "owned_ids": lay.owned_ids,
+                "ghost_ids": lay.ghost_ids,
+                "ghost_owner": lay.ghost_owner,
+                "ghost_owner_index": lay.ghost_owner_index,
+                "node_hop": lay.node_hop,
+                "edge_index": lay.edge_index,
+                "edge_ids": lay.edge_ids,
+                "edge_hop_ptr": lay.edge_hop_ptr,
+                "send_index": plan.send_index,
+                "send_counts": plan.send_counts,
+                "sizes": list(partition.sizes),
+                # indexing copies: the part file holds only these rows, not the [N] / [E] arrays
+                "node_data": {k: v[local_ids] for k, v in nodes.items()},
+                "edge_data": {k: v[lay.edge_ids] for k, v in edges.items()},
+            }
+            if pending is not None:
+                files[pending[0]] = pending[1].result()
+            name = part_file_name(r)
+            pending = (name, writer.submit(atomic_torch_save, part, out / name))
+            del part
+        if pending is not None:
+            files[pending[0]] = pending[1].result()
+
+    # parts of an earlier run with more parts would look like ours to a reader that globs: remove them
+    for stale in out.glob("part_*.pt"):
+        if stale.name not in files:
+            stale.unlink()
+    return files
 
 
 def _json_default(o):

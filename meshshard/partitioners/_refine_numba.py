@@ -760,7 +760,7 @@ def label_components(indptr, indices, assign):
     return _labels(parent)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # save_parts runs it in a thread beside the writing
 def label_components_edges(src, dst, assign):
     """:func:`label_components` of an edge list ``src[i] - dst[i]`` (one or both directions, any order):
     no CSR to build or check."""

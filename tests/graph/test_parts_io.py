@@ -124,6 +124,42 @@ def test_interrupted_write_leaves_no_valid_output(tmp_path, brick, monkeypatch):
     assert not list((tmp_path / "fresh").glob(".*.tmp"))
 
 
+def test_quality_and_part_files_are_done_beside_the_halos(tmp_path, brick, monkeypatch):
+    # the quality report and the part files' serialise + hash + write run in threads beside the halo building:
+    # same checksums and report as computed in this thread, one part file in flight at a time
+    import threading
+
+    import meshshard.graph.parts_io as parts_io
+    import meshshard.partitioners as partitioners
+
+    pts, ei, part = brick
+    real_save, real_quality = parts_io.atomic_torch_save, partitioners.partition_quality
+    saved, in_flight, quality_threads = [], [], []
+
+    def save(obj, path):
+        in_flight.append(path.name)
+        assert len(in_flight) == 1, in_flight
+        saved.append((path.name, threading.current_thread() is threading.main_thread()))
+        try:
+            return real_save(obj, path)
+        finally:
+            in_flight.remove(path.name)
+
+    def quality(*args, **kw):
+        quality_threads.append(threading.current_thread() is threading.main_thread())
+        return real_quality(*args, **kw)
+
+    monkeypatch.setattr(parts_io, "atomic_torch_save", save)
+    monkeypatch.setattr(partitioners, "partition_quality", quality)
+    out = _save(tmp_path / "s", brick)
+    assert saved == [("partition.pt", True), ("part_0000.pt", False), ("part_0001.pt", False), ("part_0002.pt", False)]
+    assert quality_threads == [False]
+    monkeypatch.undo()
+    meta = read_meta(out)
+    assert meta["quality"] == real_quality(part, ei) and verify_parts(out) == []
+    assert meta["files"] == read_meta(_save(tmp_path / "t", brick))["files"]
+
+
 def test_bad_input(tmp_path, brick):
     pts, ei, part = brick
     n = pts.shape[0]
