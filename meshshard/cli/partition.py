@@ -101,13 +101,13 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     # the source file's checksum is read beside the reader (hashlib releases the GIL while it hashes)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshshard-sha256") as background:
-        source_sha256 = background.submit(sha256_file, src)
+        hashing = background.submit(sha256_file, src)
         with progress(3, "meshshard partition", not args.quiet) as bar:
             mesh, edge_index, graph_info = load_mesh_and_graph(src, args.knn, bar)
             mesh.cells.clear()  # the graph is built: free the element arrays before METIS and the part files
             release_free_heap()
             part = run_partition(mesh, edge_index, args.num_parts, args.method, args.seed, not args.no_refine, bar)
-        source_sha256 = source_sha256.result()
+        source_sha256 = hashing.result()
     node_data = {"pos": torch.from_numpy(mesh.points)}
     skipped = []
     for name, arr in mesh.point_data.items():

@@ -87,6 +87,9 @@ def save_parts(
 ) -> Path:
     """Write a partitioned graph as one file per part (single process).
 
+    Two helper threads work beside the halo building: one computes ``meta["quality"]``, the other
+    serialises, hashes and writes the previous part, so two parts are in memory at a time.
+
     Args:
         out_dir: output directory (created). Written into again, it ends with exactly this
             partition's files: ``meta.json`` is removed first (so no old checksums vouch for new
@@ -125,13 +128,10 @@ def save_parts(
 
     # the quality report reads only the edges and the assignment: it runs beside the writing (its union-find and
     # numpy's loops release the GIL), so on two cores it costs little of the command's time
-    background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshshard-quality")
-    quality_job = background.submit(partition_quality, partition, ei)
-    try:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshshard-quality") as background:
+        quality_job = background.submit(partition_quality, partition, ei)
         files = _write_part_files(out, ei, partition, nodes, edges, halo_hops, progress)
         quality = {k: (v.tolist() if isinstance(v, torch.Tensor) else v) for k, v in quality_job.result().items()}
-    finally:
-        background.shutdown(wait=True)
 
     info = {
         "format_version": FORMAT_VERSION,

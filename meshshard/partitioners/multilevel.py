@@ -14,21 +14,21 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
 The first V-cycle matches across parts (as METIS coarsens). Its coarsest level starts from each
 cluster's majority part and, as further tries, from parts regrown by greedy graph growing out of
 those and out of the best try; the lowest cut (of the tries whose parts are connected, if any) is
-uncoarsened (one FM pass per level) to one level above the finest. Then it uncoarsens once more, from the majority parts of that result on the
-same hierarchy: the coarsest cut of a geometric start foretells the final cut poorly, a refined
-result's parts do. If the input still cuts less (a start already better than what matching across
-parts finds), FM passes refine the input itself (a V-cycle that matches inside parts, if that cycle
-ended above the bound); if it cuts at most 1.1x as much, FM passes refine it too and the lower cut
-is kept (a deep hierarchy of a large regular mesh can lose to a good start). ``cycles > 1`` adds
-V-cycles matched inside parts from the best result while they lower the cut. Matching rates an
-edge by its weight over the product of its end nodes' weights, so clusters stay even. The FM passes and rebalancing rounds scan a list of
-candidates that holds every boundary node (projected from the coarser level, so no level scans all
-its edges for it); coarse levels stop rebalancing after a few rounds (their heavy nodes seldom fit
-exactly; the finer levels finish it), and the bound reaches ``imbalance`` one level above the
-finest. Rebalancing passes a part's excess only towards parts with room, guided by which parts
-touch at the coarsest level. Last, the pieces a part
-fell into (connected components beyond its heaviest) are merged into the neighbouring part they
-share most edges with, where the bound allows.
+uncoarsened (one FM pass per level) to one level above the finest. Then it uncoarsens once more,
+from the majority parts of that result on the same hierarchy: the coarsest cut of a geometric
+start foretells the final cut poorly, a refined result's parts do. If the input cuts less than
+that, or at most 1.1x as much (a deep hierarchy of a large regular mesh can lose to a good
+start), FM passes refine the input itself too and the lower cut is kept (a V-cycle that matches
+inside parts instead, if the first cycle ended above the bound). ``cycles > 1`` adds V-cycles
+matched inside parts from the best result while they lower the cut. Matching rates an edge by its
+weight over the product of its end nodes' weights, so clusters stay even. The FM passes and
+rebalancing rounds scan a list of candidates that holds every boundary node (projected from the
+coarser level, so no level scans all its edges for it); coarse levels stop rebalancing after a few
+rounds (their heavy nodes seldom fit exactly; the finer levels finish it), and the bound reaches
+``imbalance`` one level above the finest. Rebalancing passes a part's excess only towards parts
+with room, guided by which parts touch at the coarsest level. Last, the pieces a part fell into
+(connected components beyond its heaviest) are merged into the neighbouring part they share most
+edges with, where the bound allows.
 
 The kernels (:mod:`meshshard.partitioners._refine_numba`) are sequential with hashed
 tie-breaks: the same input and seed give the same partition.
@@ -200,28 +200,22 @@ def multilevel_refine(
     best, best_cut = assign, K.candidate_cut(indptr, indices, data, assign, cands[1], cands[2][0])
     free = True
     for cycle in range(max(1, int(cycles))):
-        out, cut = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w),
-                            salt + 7 * cycle, free=free, restarts=_RESTARTS)
-        near = free and best_cut <= _INPUT_RETRY * cut  # the input is nearly as good: refine it too, keep the better
-        if cut < best_cut - 1e-9 * max(best_cut, 1.0):
-            best, best_cut = out, cut
-            if near:
+        results = [_v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w),
+                            salt + 7 * cycle, free=free, restarts=_RESTARTS)]
+        cut = results[0][1]
+        if free and best_cut <= _INPUT_RETRY * cut:  # the input beats what matching across parts found, or nearly
+            if np.isfinite(cut):  # (the cycle ended within the bound): FM on the input too, the lower cut is kept
                 out = assign.copy()
-                cut = K.fm_refine(indptr, indices, data, vw, out, num_parts, max_w, _PASSES, _stall(n), _MIN_GAIN,
-                                  salt + 3, *K.boundary_candidates(indptr, indices, out))
-                if cut < best_cut - 1e-9 * max(best_cut, 1.0):
-                    best, best_cut = out, cut
-        elif free:  # the input beats what matching across parts found: refine it in place instead
-            if np.isfinite(cut):  # a good input (the cycle ended within the bound): FM on it suffices
-                out = best.copy()
-                cut = K.fm_refine(indptr, indices, data, vw, out, num_parts, max_w, _PASSES, _stall(n), _MIN_GAIN,
-                                  salt + 3, *K.boundary_candidates(indptr, indices, out))
+                results.append((out, K.fm_refine(indptr, indices, data, vw, out, num_parts, max_w, _PASSES, _stall(n),
+                                                 _MIN_GAIN, salt + 3, *K.boundary_candidates(indptr, indices, out))))
             else:  # the cycle found nothing within the bound: a V-cycle matched inside the parts
-                out, cut = _v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w),
-                                    salt + 3, free=False)
+                results.append(_v_cycle(indptr, indices, data, vw, assign.copy(), num_parts, max_w,
+                                        max(coarse_w, max_w), salt + 3, free=False))
+        improved = False
+        for out, cut in results:
             if cut < best_cut - 1e-9 * max(best_cut, 1.0):
-                best, best_cut = out, cut
-        else:
+                best, best_cut, improved = out, cut, True
+        if not (free or improved):
             break
         free = False
     if repair:
@@ -239,7 +233,7 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow):
     went from 1.18x METIS's cut to 0.95x, the mean from 1.019x to 1.013x)."""
     limit = bound + float(g[3].max())
     stall = max(_STALL // 2, (g[0].shape[0] - 1) // _COARSEST_STALL_DIV)
-    best = None  # (cut, parts, listed)
+    best = None  # (key, parts, cands)
     for attempt in range(1 + _REGROWS if grow else 1):
         start = a.copy() if attempt == 0 else K.grow_parts(*g, a if attempt == 1 or best is None else best[1], num_parts,
                                                            total / num_parts, salt + 101 * attempt)
