@@ -492,7 +492,8 @@ def bench_cli(n_side: int, num_parts: int, repeat: int):
           f"({(n_side - 1) ** 3:,} hexahedra; {vtu_mib:.0f} MiB .vtu written by meshio in {t_write:.1f} s)\n")
     print("Seconds per phase; base = read + edges + METIS of the same run; imports = process start to the "
           "start of reading; write = part files and any wait for the quality report, which runs in a thread beside "
-          "halo + write (its own time in its column); other = the source file's sha256, meta.json, printing.\n")
+          "halo + write (its own time in its column); other = any wait for the source file's sha256 (hashed in a "
+          "thread beside the reader), meta.json, printing.\n")
     print("| N | run | read | edges | METIS | halo | write | quality (beside) | imports | other | total | total / base "
           "| (total - imports) / base |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")

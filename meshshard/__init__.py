@@ -9,8 +9,9 @@ single-process parts (io, partitioners) never pull in the distributed stack.
 """
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from meshshard._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -46,20 +47,7 @@ _SUBMODULES = {"io", "partitioners", "distributed", "tensor", "graph", "ops", "m
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    if name in _SUBMODULES:
-        module = importlib.import_module(f"meshshard.{name}")
-        globals()[name] = module
-        return module
-    raise AttributeError(f"module 'meshshard' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _SUBMODULES)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for static analysers only

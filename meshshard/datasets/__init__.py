@@ -9,33 +9,23 @@
 """
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from meshshard._lazy import lazy_exports
 
 # names -> defining submodule, imported on first use: ``meshshard partition`` needs only ``fields`` and
 # would otherwise pull in the ShardTensor and DTensor stack through ``sharded`` (0.9 s of imports)
-_EXPORTS = {
-    "edge_features": "fields", "field_columns": "fields", "mesh_graph": "fields", "mesh_to_data": "fields",
-    "node_type_ids": "fields", "parse_field": "fields", "select_fields": "fields",
-    "MeshDataset": "mesh_dataset", "list_mesh_files": "mesh_dataset", "model_inputs": "mesh_dataset",
-    "node_type_vocabulary": "mesh_dataset",
-    "PreprocessResult": "preprocess", "check_dataset_dir": "preprocess", "is_dataset_dir": "preprocess",
-    "preprocess_dataset": "preprocess", "read_dataset_meta": "preprocess", "verify_dataset": "preprocess",
-    "ShardedMeshDataset": "sharded", "ShardedSample": "sharded",
-    "DatasetStats": "stats", "FieldStats": "stats", "Moments": "stats", "sample_moments": "stats",
-}
+_EXPORTS = {name: f"{__name__}.{module}" for module, names in {
+    "fields": ("edge_features", "field_columns", "mesh_graph", "mesh_to_data", "node_type_ids", "parse_field",
+               "select_fields"),
+    "mesh_dataset": ("MeshDataset", "list_mesh_files", "model_inputs", "node_type_vocabulary"),
+    "preprocess": ("PreprocessResult", "check_dataset_dir", "is_dataset_dir", "preprocess_dataset", "read_dataset_meta",
+                   "verify_dataset"),
+    "sharded": ("ShardedMeshDataset", "ShardedSample"),
+    "stats": ("DatasetStats", "FieldStats", "Moments", "sample_moments"),
+}.items() for name in names}
 
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"meshshard.datasets.{_EXPORTS[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'meshshard.datasets' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for static analysers only

@@ -6,6 +6,7 @@ function also works in a plain single process with no process group (world size 
 """
 from typing import TYPE_CHECKING
 
+from meshshard._lazy import lazy_exports
 from meshshard.distributed.process_group import (
     init_distributed,
     destroy_distributed,
@@ -54,18 +55,9 @@ from meshshard.distributed.agree import (
 
 # DTensor's names load torch.distributed.tensor (0.9 s of imports) on first use: the halo and
 # partition code needs only the collectives above
-_DTENSOR_NAMES = frozenset({"DTensor", "DeviceMesh", "DTensorSpec", "TensorMeta", "Placement", "Shard", "Replicate",
-                            "Partial", "init_device_mesh", "default_device_mesh"})
-
-
-def __getattr__(name: str):
-    if name in _DTENSOR_NAMES:
-        from meshshard.distributed import dtensor
-
-        value = getattr(dtensor, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'meshshard.distributed' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, {name: f"{__name__}.dtensor" for name in (
+    "DTensor", "DeviceMesh", "DTensorSpec", "TensorMeta", "Placement", "Shard", "Replicate", "Partial",
+    "init_device_mesh", "default_device_mesh")})
 
 
 if TYPE_CHECKING:  # pragma: no cover - for static analysers only

@@ -7,7 +7,7 @@ written against it ports by changing the import. They are implemented in layer 0
 """
 from __future__ import annotations
 
-import importlib
+from meshshard._lazy import lazy_exports
 
 _EXPORTS = {
     "all_gather_v": "meshshard.distributed.autograd",
@@ -33,13 +33,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'meshshard.ops' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -78,8 +78,8 @@ _SEED_STOP = 1
 #: the input (rebalanced) is FM-refined as well when its cut is within this x the first V-cycle's result, and the
 #: better kept: deep hierarchies of large regular meshes lose to good starts (measured on a 2M-node graded lattice:
 #: hilbert's V-cycle ended at 1.13-1.19x METIS's cut, FM on the start itself at 1.12x in 0.2 s of 4; on the gmsh
-#: family, seeds 0-2, FM on the start beat the V-cycle in 8 of the 10 runs within 1.1x, in 1 of 20 between 1.1 and
-#: 1.25x, where trying them cost 10% more time at ~10k nodes)
+#: family, seeds 0-2, FM on the start beat the V-cycle in 8 of the 10 runs within 1.1x and in 1 of 20 between 1.1
+#: and 1.25x; trying every start within 1.25x cost ~10% more time at ~10k nodes, within 1.1x 2-6%)
 _INPUT_RETRY = 1.1
 #: rebalance builds the parts' adjacency itself
 _NO_QUOTIENT = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
