@@ -1,4 +1,4 @@
-"""Space-filling-curve keys (Morton / Z-order and Hilbert), vectorised over uint64 arrays.
+"""Space-filling-curve keys (Morton / Z-order and Hilbert) of uint64 grid coordinates.
 
 Coordinates are quantised with the same scale on every axis (curve cells are cubes) to ``bits``
 per axis: 21 in 3D (63-bit keys), 32 in 2D (64-bit keys), i.e. 2^63 cells, so 10M points share a
@@ -13,7 +13,8 @@ resolution along the longest axis is unchanged (``log2 C`` bits move from the in
 cube index). Compact domains (``C = 1``) get the plain one-cube keys.
 
 Hilbert keys are computed from Morton keys by a table-driven state machine (Hamilton's
-"Compact Hilbert Indices" entry/direction states), several levels per table look-up.
+"Compact Hilbert Indices" entry/direction states), several levels per table look-up; both loops
+are compiled (:mod:`meshshard.partitioners._sfc_numba`).
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import functools
 from typing import Tuple
 
 import numpy as np
+
+from meshshard.partitioners._sfc_numba import hilbert_kernel, morton_kernel
 
 __all__ = ["default_bits", "quantize", "curve_grid", "morton_keys", "hilbert_keys", "morton_from_grid",
            "hilbert_from_grid"]
@@ -163,40 +166,25 @@ def _with_cube(key: np.ndarray, cube, tile_bits: int, dim: int, bits: int) -> np
     return key
 
 
-def _spread(x: np.ndarray, dim: int) -> np.ndarray:
-    """Insert ``dim - 1`` zero bits between the bits of ``x`` (in place, uint64)."""
-    tmp = np.empty_like(x)
-    if dim == 3:
-        steps = ((32, 0x1F00000000FFFF), (16, 0x1F0000FF0000FF), (8, 0x100F00F00F00F00F),
-                 (4, 0x10C30C30C30C30C3), (2, 0x1249249249249249))
-        np.bitwise_and(x, _U(0x1FFFFF), out=x)
-    else:
-        steps = ((16, 0x0000FFFF0000FFFF), (8, 0x00FF00FF00FF00FF), (4, 0x0F0F0F0F0F0F0F0F),
-                 (2, 0x3333333333333333), (1, 0x5555555555555555))
-        np.bitwise_and(x, _U(0xFFFFFFFF), out=x)
-    for shift, mask in steps:
-        np.left_shift(x, _U(shift), out=tmp)
-        np.bitwise_or(x, tmp, out=x)
-        np.bitwise_and(x, _U(mask), out=x)
-    return x
+def _axes(grid: list):
+    """``(x, y, z)`` uint64 arrays for the kernels of :mod:`~meshshard.partitioners._sfc_numba` (``z`` empty in 2D)."""
+    dim = len(grid)
+    if dim not in (2, 3):
+        raise ValueError(f"space-filling curves need 2 or 3 dimensions, got {dim}")
+    g = [np.ascontiguousarray(a, dtype=_U) for a in grid]
+    return g[0], g[1], g[2] if dim == 3 else np.zeros(0, dtype=_U)
 
 
 def morton_from_grid(grid: list) -> np.ndarray:
     """Morton key of integer grid coordinates: bit ``level*d + j`` of the key is bit ``level`` of axis ``j``.
 
     Args:
-        grid: list of ``d`` uint64 arrays ``[N]`` (consumed: modified in place).
+        grid: list of ``d`` uint64 arrays ``[N]`` (d = 2 or 3).
 
     Returns:
         uint64 ``[N]``.
     """
-    dim = len(grid)
-    key = _spread(grid[0], dim)
-    for j in range(1, dim):
-        s = _spread(grid[j], dim)
-        np.left_shift(s, _U(j), out=s)
-        np.bitwise_or(key, s, out=key)
-    return key
+    return morton_kernel(*_axes(grid))
 
 
 def morton_keys(points: np.ndarray, bits: int = None, bounds=None) -> np.ndarray:
@@ -285,63 +273,36 @@ def _packed_table(dim: int, levels: int) -> np.ndarray:
 
 def _level_chunks(bits: int, dim: int) -> list:
     """Levels consumed per table look-up, most significant first (e.g. 3D 21 bits: 7 * 3, 2D 32 bits: 4 * 8)."""
-    per = 3 if dim == 3 else 8  # 9- or 16-bit chunks: the packed tables stay in cache
+    per = 3 if dim == 3 else 4  # 9- or 8-bit chunks: the packed tables (96 KiB, 16 KiB) stay in cache
     first = bits % per
     return ([first] if first else []) + [per] * (bits // per)
 
 
-_BLOCK = 1 << 15  # points per block of the Hilbert walk: its ~10 work arrays stay in L2 cache
+@functools.lru_cache(maxsize=None)
+def _walk_steps(dim: int, bits: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(step_bits, step_start, tables)`` of :func:`~meshshard.partitioners._sfc_numba.hilbert_kernel`."""
+    chunks = _level_chunks(bits, dim)
+    tables = [_packed_table(dim, levels) for levels in chunks]
+    step_bits = np.array([dim * levels for levels in chunks], dtype=np.int64)
+    step_start = np.concatenate([[0], np.cumsum([t.shape[0] for t in tables])[:-1]]).astype(np.int64)
+    return step_bits, step_start, np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64)
 
 
 def hilbert_from_grid(grid: list, bits: int) -> np.ndarray:
     """Hilbert key of integer grid coordinates.
 
     Args:
-        grid: list of ``d`` uint64 arrays ``[N]`` (consumed: modified in place).
+        grid: list of ``d`` uint64 arrays ``[N]`` (d = 2 or 3).
         bits: bits per axis used by the grid.
 
     Returns:
         uint64 ``[N]``.
 
-    The state-machine walk runs over blocks of ``_BLOCK`` points: a dozen passes over arrays that
-    fit in cache instead of over main-memory arrays (the walk is memory-bound).
+    One compiled loop per point: its Morton key, then the state-machine walk, several levels per
+    table look-up (:func:`~meshshard.partitioners._sfc_numba.hilbert_kernel`).
     """
-    dim = len(grid)
-    m = morton_from_grid(grid)
-    n = m.shape[0]
-    key = np.empty(n, dtype=_U)
-    steps = []
-    for levels in _level_chunks(bits, dim):
-        steps.append((dim * levels, _packed_table(dim, levels)))
-    size = min(n, _BLOCK)
-    row_b = np.empty(size, dtype=np.int64)
-    tmp_b = np.empty(size, dtype=_U)
-    val_b = np.empty(size, dtype=np.int64)
-    for start in range(0, n, _BLOCK):
-        stop = min(start + _BLOCK, n)
-        k = key[start:stop]
-        mb = m[start:stop]
-        row, tmp, val = row_b[: stop - start], tmp_b[: stop - start], val_b[: stop - start]
-        row.fill(0)  # start state e = 0, d = 0
-        k.fill(0)
-        shift = bits * dim
-        prev_bits = None
-        for chunk_bits, table in steps:
-            if prev_bits is not None and prev_bits != chunk_bits:
-                # row offsets were packed for the previous table's row length: rescale them
-                np.right_shift(row, prev_bits, out=row)
-                np.left_shift(row, chunk_bits, out=row)
-            shift -= chunk_bits
-            np.right_shift(mb, _U(shift), out=tmp)
-            np.bitwise_and(tmp, _U((1 << chunk_bits) - 1), out=tmp)
-            np.bitwise_or(row, tmp.view(np.int64), out=row)
-            table.take(row, out=val)
-            np.right_shift(val, 32, out=row)
-            np.bitwise_and(val, 0xFFFFFFFF, out=val)
-            np.left_shift(k, _U(chunk_bits), out=k)
-            np.bitwise_or(k, val.view(_U), out=k)
-            prev_bits = chunk_bits
-    return key
+    x, y, z = _axes(grid)
+    return hilbert_kernel(x, y, z, len(grid) * bits, *_walk_steps(len(grid), bits))
 
 
 def hilbert_keys(points: np.ndarray, bits: int = None, bounds=None) -> np.ndarray:
