@@ -421,6 +421,33 @@ def project_candidates(cmap, coarse_listed):
 
 
 @njit(cache=True)
+def _other_parts(u, indptr, indices, assign):
+    """The parts of ``u``'s neighbours other than its own, as a bit mask (``P <= 64``)."""
+    own = assign[u]
+    mask = np.uint64(0)
+    for e in range(indptr[u], indptr[u + 1]):
+        p = assign[indices[e]]
+        if p != own:
+            mask |= np.uint64(1) << np.uint64(p)
+    return mask
+
+
+@njit(cache=True)
+def _room_in(u, no_room, vw, part_w, max_w):
+    """Whether a part of the mask ``no_room[u]`` (see :func:`_other_parts`) has room for ``u``; True without masks."""
+    if no_room.shape[0] == 0:
+        return True
+    mask = no_room[u]
+    p = 0
+    while mask:
+        if mask & np.uint64(1) and part_w[p] + vw[u] <= max_w:
+            return True
+        mask >>= np.uint64(1)
+        p += 1
+    return False
+
+
+@njit(cache=True)
 def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt, listed, cand,
               count):
     """k-way Fiduccia-Mattheyses passes with a gain heap and rollback to the best prefix. Modifies ``assign``.
@@ -452,14 +479,17 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     dirty = np.ones(n, dtype=np.bool_)
     gain_c = np.empty(n)
     tgt_c = np.empty(n, dtype=np.int64)
-    cut = 0.0
+    # a node with no feasible move is re-rated only once one of its neighbouring parts has room for it
+    # (up to 64 parts: those parts as a bit mask; more: re-rated every pass)
+    no_room = np.zeros(n if num_parts <= 64 else 0, dtype=np.uint64)
+    cut = 0.0  # twice the cut: every cut edge is counted from both ends
     for pass_ in range(max_passes):
         s = np.uint64(salt) * np.uint64(1009) + np.uint64(pass_)
         size = 0
         kept = 0
         for i in range(nc):
             u = cand[i]
-            if dirty[u] or tgt_c[u] < 0:
+            if dirty[u] or (tgt_c[u] < 0 and _room_in(u, no_room, vw, part_w, max_w)):
                 dirty[u] = False
                 g, t, out, boundary = _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
                 if not boundary:
@@ -469,6 +499,8 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
                     cut += out
                 gain_c[u] = g
                 tgt_c[u] = t
+                if t < 0 and no_room.shape[0]:
+                    no_room[u] = _other_parts(u, indptr, indices, assign)
             cand[kept] = u
             kept += 1
             if tgt_c[u] >= 0:
@@ -527,11 +559,14 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
                 dirty[indices[e]] = True
         for i in range(nmoves):
             locked[log_node[i]] = False
-        if best_cum <= min_gain * 0.5 * cut + 1e-9:  # (cut counted each edge twice)
-            break
+        last = best_cum <= min_gain * 0.5 * cut + 1e-9
         cut -= 2.0 * best_cum
+        if last:
+            break
     count[0] = nc
-    return candidate_cut(indptr, indices, data, assign, cand, nc)
+    if max_passes < 1:
+        return candidate_cut(indptr, indices, data, assign, cand, nc)
+    return 0.5 * cut
 
 
 @njit(cache=True)

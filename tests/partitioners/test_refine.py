@@ -224,3 +224,48 @@ def test_rebalance_rebuilds_a_stale_part_adjacency():
                      *K.boundary_candidates(indptr, indices, assign), *stale)
     assert ok and np.bincount(assign, minlength=3).max() <= 10
     assert (np.diff(assign) >= 0).all()  # the excess went 0 -> 1 -> 2 along the path: parts stay runs
+
+
+def test_fm_skips_only_nodes_no_part_has_room_for():
+    """FM re-rates a node that had no feasible move only once a neighbouring part has room (a bit mask of
+    its neighbours' parts, up to 64 parts). The same problem posed with 65 parts (58 of them empty,
+    never a target) takes the path that re-rates such nodes every pass: the results must agree."""
+    from meshshard.partitioners import _refine_numba as K
+    from meshshard.partitioners.multilevel import _csr
+
+    ei, _ = _grid(24)
+    n = 24 * 24
+    indptr, indices, data = _csr(ei, n, None)
+    rng = np.random.default_rng(0)
+    moved = 0
+    for trial in range(12):
+        start = rng.integers(0, 7, n)
+        vw = rng.integers(1, 3, n).astype(float)
+        # a tight bound: parts at it leave their neighbours' nodes without a feasible move
+        bound = float(np.bincount(start, weights=vw, minlength=7).max()) * (1.0 + 0.02 * (trial % 3))
+        out = []
+        for parts in (7, 65):
+            a = start.copy()
+            cut = K.fm_refine(indptr, indices, data, vw, a, parts, bound, 8, 16, 0.0, trial,
+                              *K.boundary_candidates(indptr, indices, a))
+            out.append((a, cut))
+        assert np.array_equal(out[0][0], out[1][0]) and out[0][1] == out[1][1]
+        assert out[0][1] == K.cut_weight(indptr, indices, data, out[0][0])
+        moved += int(not np.array_equal(out[0][0], start))
+    assert moved == 12  # every trial moved nodes
+
+
+def test_room_mask_helpers():
+    from meshshard.partitioners import _refine_numba as K
+
+    # path 0-1-2-3 with parts 0, 1, 2, 1: node 1 touches parts 0 and 2, node 3 part 2
+    indptr = np.array([0, 1, 3, 5, 6])
+    indices = np.array([1, 0, 2, 1, 3, 2])
+    assign = np.array([0, 1, 2, 1])
+    masks = np.array([K._other_parts(u, indptr, indices, assign) for u in range(4)], dtype=np.uint64)
+    assert masks.tolist() == [0b10, 0b101, 0b10, 0b100]
+    vw = np.ones(4)
+    assert not K._room_in(1, masks, vw, np.array([2.0, 1.0, 2.0]), 2.0)  # parts 0 and 2 full
+    assert K._room_in(1, masks, vw, np.array([2.0, 1.0, 1.0]), 2.0)  # part 2 has room
+    assert not K._room_in(3, masks, vw, np.array([0.0, 1.0, 2.0]), 2.0)  # only part 0 has room: not a neighbour
+    assert K._room_in(3, np.zeros(0, dtype=np.uint64), vw, np.array([2.0, 2.0, 2.0]), 2.0)  # no masks: always
