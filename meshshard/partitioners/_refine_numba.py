@@ -462,7 +462,8 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     :func:`boundary_candidates`): a superset of the boundary nodes, which a pass scans instead of all n;
     kept a superset (the nodes next to kept moves join it).
 
-    Returns the cut weight after the passes.
+    Returns the cut weight after the passes (counted in the first pass, then lowered by each pass's
+    kept gain; recounted only when ``max_passes < 1``).
     """
     n = assign.shape[0]
     part_w, sizes = part_loads(assign, vw, num_parts)

@@ -1,8 +1,8 @@
 """Compiled (numba) space-filling-curve keys: one loop over the points instead of a dozen numpy passes.
 
-The keys are bit for bit those of the numpy formulas in :mod:`meshshard.partitioners.sfc`
-(which builds the Hilbert tables and calls these): on 10k points the numpy passes cost ~1 ms,
-mostly per-call overhead; on 2M points they are memory-bound, a pass per bit-twiddling step.
+The keys are bit for bit those of the numpy passes these loops replaced (:mod:`meshshard.partitioners.sfc`
+builds the Hilbert tables and calls them): on 10k points those passes cost ~1 ms, mostly per-call
+overhead; on 2M points they were memory-bound, a pass per bit-twiddling step.
 All arithmetic is uint64 (numba turns uint64-with-int64 into float64, so every constant is typed).
 """
 from __future__ import annotations
