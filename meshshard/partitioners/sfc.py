@@ -272,7 +272,7 @@ def _packed_table(dim: int, levels: int) -> np.ndarray:
 
 
 def _level_chunks(bits: int, dim: int) -> list:
-    """Levels consumed per table look-up, most significant first (e.g. 3D 21 bits: 7 * 3, 2D 32 bits: 4 * 8)."""
+    """Levels consumed per table look-up, most significant first (e.g. 3D 21 bits: 7 * 3, 2D 32 bits: 8 * 4)."""
     per = 3 if dim == 3 else 4  # 9- or 8-bit chunks: the packed tables (96 KiB, 16 KiB) stay in cache
     first = bits % per
     return ([first] if first else []) + [per] * (bits // per)
@@ -285,7 +285,10 @@ def _walk_steps(dim: int, bits: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray
     tables = [_packed_table(dim, levels) for levels in chunks]
     step_bits = np.array([dim * levels for levels in chunks], dtype=np.int64)
     step_start = np.concatenate([[0], np.cumsum([t.shape[0] for t in tables])[:-1]]).astype(np.int64)
-    return step_bits, step_start, np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64)
+    table = np.concatenate(tables) if tables else np.zeros(0, dtype=np.int64)
+    for a in (step_bits, step_start, table):
+        a.flags.writeable = False  # cached: shared by every call
+    return step_bits, step_start, table
 
 
 def hilbert_from_grid(grid: list, bits: int) -> np.ndarray:
@@ -298,7 +301,7 @@ def hilbert_from_grid(grid: list, bits: int) -> np.ndarray:
     Returns:
         uint64 ``[N]``.
 
-    One compiled loop per point: its Morton key, then the state-machine walk, several levels per
+    One compiled pass: each point's Morton key, then the state-machine walk, several levels per
     table look-up (:func:`~meshshard.partitioners._sfc_numba.hilbert_kernel`).
     """
     x, y, z = _axes(grid)
