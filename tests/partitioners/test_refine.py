@@ -109,8 +109,8 @@ def test_repair_kernel_respects_bound_and_leaves_separate_graph_components():
 #: in three generations), and the refined cut moves with the mesh: three generations x seeds 0-2 gave
 #: kdtree 0.87-1.08, 0.98-1.06 and 1.00-1.13, hilbert 0.90-0.99, 0.97-1.04 and 1.04-1.21, and a CI run
 #: kdtree 1.22 (seed 0). Issue 13's target, 1.15 for both, is not met on every mesh and seed (the benchmark's
-#: family run of 24 Nov 2026: within 1.15 at seed 0, up to 1.16 / 1.18 over seeds 0-2; earlier runs up to 1.31 at
-#: seed 0): these bounds guard what is reached, with a margin over that range.
+#: last family run: within 1.15 at seed 0, up to 1.13 (kdtree) / 1.23 (hilbert) over seeds 0-2; earlier runs up to
+#: 1.31 at seed 0): these bounds guard what is reached, with a margin over that range.
 _FAMILY_BOUND = {"kdtree": 1.3, "hilbert": 1.4}
 
 
