@@ -189,3 +189,54 @@ def test_part_components_rejects_bad_edges():
         part_components(a, np.array([[0, 1], [1, 3]]))
     with pytest.raises(ValueError, match="shape"):
         part_components(a, np.array([0, 1, 2]))
+
+
+def _strips(cols, rows=10):
+    """``cols x rows`` grid graph (both directions) and each node's column."""
+    idx = np.arange(cols * rows).reshape(cols, rows)
+    e = np.concatenate([np.stack([idx[:-1].ravel(), idx[1:].ravel()]), np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()])],
+                       axis=1)
+    return np.concatenate([e, e[::-1]], axis=1), np.repeat(np.arange(cols), rows)
+
+
+def test_a_part_split_in_two_large_pieces_is_made_whole():
+    from meshshard.partitioners.multilevel import _repair
+
+    # 30 x 10 strip: part 0 holds columns 0-4 and 25-29 (two 50-node pieces), parts 1 and 2 the 10 columns between
+    # each; no piece fits a neighbour within 1.01 x 100 nodes, so merging alone leaves part 0 split
+    ei, col = _strips(30)
+    split = np.where((col < 5) | (col >= 25), 0, np.where(col < 15, 1, 2)).astype(np.int64)
+    n = split.shape[0]
+    indptr, indices, data = _csr(ei, n, None)
+    bound = 1.01 * n / 3
+    plain = split.copy()
+    assert K.repair_components(indptr, indices, data, np.ones(n), plain, 3, bound) == 1
+    out = _repair(indptr, indices, data, np.ones(n), split.copy(), 3, bound, 0)
+    q, q0 = _cut(out, ei), _cut(split, ei)
+    assert q0["disconnected_parts"] == 1 and q["disconnected_parts"] == 0
+    assert np.bincount(out, minlength=3).max() <= bound and q["edge_cut"] <= q0["edge_cut"]  # 30 -> 20: three strips
+    # the same through multilevel_refine
+    assert _cut(multilevel_refine(split, 3, ei), ei)["disconnected_parts"] == 0
+
+
+def test_forced_repair_keeps_the_input_when_the_graph_is_split_or_the_cut_grows(monkeypatch):
+    import meshshard.partitioners.multilevel as ML
+
+    ei, col = _strips(30)
+    split = np.where((col < 5) | (col >= 25), 0, np.where(col < 15, 1, 2)).astype(np.int64)
+    n = split.shape[0]
+    indptr, indices, data = _csr(ei, n, None)
+    monkeypatch.setattr(ML, "_FORCED_REPAIR_CUT", 0.5)  # the repaired cut (20 of 30) is above half the input's
+    out = ML._repair(indptr, indices, data, np.ones(n), split.copy(), 3, 1.01 * n / 3, 0)
+    assert np.array_equal(out, split)
+    monkeypatch.undo()
+    # a 10 x 10 strip (parts 0 and 1, 50 nodes each) and, apart, a 2 x 10 strip in part 0: that piece has no
+    # edge to another part (the graph itself is split there), so it stays
+    a_ei, _ = _strips(10)
+    b_ei, _ = _strips(2)
+    two = np.concatenate([a_ei, b_ei + 100], axis=1)
+    assign = np.r_[np.zeros(50), np.ones(50), np.zeros(20)].astype(np.int64)
+    indptr, indices, data = _csr(two, 120, None)
+    assert K.repair_components(indptr, indices, data, np.ones(120), assign.copy(), 2, 71.0) == 1
+    out = ML._repair(indptr, indices, data, np.ones(120), assign.copy(), 2, 71.0, 0)
+    assert np.array_equal(out, assign)
