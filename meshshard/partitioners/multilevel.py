@@ -258,7 +258,10 @@ def _repair(indptr, indices, data, vw, assign: np.ndarray, num_parts: int, max_w
 
 def _coarsest(g, a, num_parts, bound, total, salt, grow):
     """Refine the coarsest level's parts ``a``; with ``grow``, also parts regrown by greedy graph growing
-    (:func:`~meshshard.partitioners._refine_numba.grow_parts`) from ``a`` and then from the best result so far.
+    (:func:`~meshshard.partitioners._refine_numba.grow_parts`) from ``a`` and then from the best result so far,
+    and, if every try left a part in pieces, the best try with all its pieces merged into neighbours and
+    rebalanced (on the gmsh vessel, hilbert's tries all kept a part in two halves too heavy to merge within
+    ``_REPAIR_SLACK``).
     Returns ``(parts, cands)`` (``cands``: its boundary candidates ``(listed, cand, count)``, see
     :func:`~meshshard.partitioners._refine_numba.boundary_candidates`) of the lowest cut within ``bound`` plus one
     node weight (coarse nodes are too heavy to balance exactly; the finer levels rebalance), of the tries whose
@@ -267,10 +270,17 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow):
     limit = bound + float(g[3].max())
     stall = max(_STALL // 2, (g[0].shape[0] - 1) // _COARSEST_STALL_DIV)
     best = None  # (key, parts, cands)
-    for attempt in range(1 + _REGROWS if grow else 1):
-        start = a.copy() if attempt == 0 else K.grow_parts(*g, a if attempt == 1 or best is None else best[1], num_parts,
-                                                           total / num_parts, salt + 101 * attempt)
-        K.repair_components(*g, start, num_parts, _REPAIR_SLACK * total / num_parts)
+    tries = 1 + _REGROWS if grow else 1
+    for attempt in range(tries + 1):
+        if attempt < tries:
+            start = a.copy() if attempt == 0 else K.grow_parts(*g, a if attempt == 1 or best is None else best[1],
+                                                               num_parts, total / num_parts, salt + 101 * attempt)
+            slack = _REPAIR_SLACK
+        elif grow and best is not None and best[0][0]:
+            start, slack = best[1].copy(), np.inf  # every try left a part in pieces: merge them all, then rebalance
+        else:
+            break
+        K.repair_components(*g, start, num_parts, slack * total / num_parts)
         cands = K.boundary_candidates(*g[:2], start)
         K.rebalance(*g, start, num_parts, bound, salt, -1, *cands, *_NO_QUOTIENT)
         cut = K.fm_refine(*g, start, num_parts, bound, _PASSES, stall, _MIN_GAIN, salt, *cands)

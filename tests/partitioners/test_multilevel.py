@@ -133,8 +133,9 @@ def test_an_input_nearly_as_good_as_the_v_cycle_is_refined_too(data_dir, monkeyp
 
 def test_coarsest_level_prefers_connected_parts(monkeypatch):
     # on a ring of 8, the start's halves are connected; the regrown tries (stubbed) put each part in two
-    # pieces too heavy to merge, and FM (stubbed) rates them lower: the connected try still wins, and among
-    # tries that are all in pieces the lowest cut does
+    # pieces too heavy to merge within the slack, and FM (stubbed) rates them lower: the connected try still
+    # wins; when every try is in pieces, one more try merges all pieces and rebalances, and its connected
+    # parts win; if that too stays in pieces, the lowest cut does
     import meshshard.partitioners.multilevel as ML
 
     ring = np.array([np.arange(8), (np.arange(8) + 1) % 8])
@@ -142,11 +143,16 @@ def test_coarsest_level_prefers_connected_parts(monkeypatch):
     halves, split, split2 = (np.array(p) for p in ([0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 0, 0, 1, 1],
                                                     [1, 0, 0, 1, 1, 0, 0, 1]))
     fake_cut = {tuple(halves): 10.0, tuple(split): 4.0, tuple(split2): 6.0}
-    monkeypatch.setattr(ML.K, "fm_refine", lambda *args: fake_cut[tuple(args[4])])
-    for start, regrown, want in ((halves, split, halves), (split2, split, split)):
-        monkeypatch.setattr(ML.K, "grow_parts", lambda *args, regrown=regrown: regrown.copy())
-        got, _ = ML._coarsest(g, start.copy(), 2, 4.04, 8.0, 0, grow=True)
-        assert np.array_equal(got, want)
+    monkeypatch.setattr(ML.K, "fm_refine", lambda *args: fake_cut.get(tuple(args[4]), 8.0))
+    monkeypatch.setattr(ML.K, "grow_parts", lambda *args: split.copy())
+    got, _ = ML._coarsest(g, halves.copy(), 2, 4.04, 8.0, 0, grow=True)
+    assert np.array_equal(got, halves)
+    got, _ = ML._coarsest(g, split2.copy(), 2, 4.04, 8.0, 0, grow=True)  # every try in pieces
+    assert K.label_components(g[0], g[1], got)[1] == 2 and np.bincount(got).max() <= 5  # merged, rebalanced
+    assert not np.array_equal(got, split)
+    monkeypatch.setattr(ML.K, "repair_components", lambda *args: 0)  # nothing merges: the forced try stays split
+    got, _ = ML._coarsest(g, split2.copy(), 2, 4.04, 8.0, 0, grow=True)
+    assert np.array_equal(got, split)
 
 
 def test_trivial_inputs():
