@@ -13,8 +13,9 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
 
 The first V-cycle matches across parts (as METIS coarsens). Its coarsest level starts from each
 cluster's majority part and, as further tries, from parts regrown by greedy graph growing out of
-those and out of the best try; the lowest cut (of the tries whose parts are connected, if any) is
-uncoarsened (one FM pass per level) to one level above the finest. Then it uncoarsens once more,
+those and out of the best try (and, if every try left a part in pieces, from the best with all its
+pieces merged into neighbours and rebalanced); the lowest cut (of the tries whose parts are
+connected, if any) is uncoarsened (one FM pass per level) to one level above the finest. Then it uncoarsens once more,
 from the majority parts of that result on the same hierarchy: the coarsest cut of a geometric
 start foretells the final cut poorly, a refined result's parts do. If the input cuts less than
 that, or at most 1.1x as much (a deep hierarchy of a large regular mesh can lose to a good
