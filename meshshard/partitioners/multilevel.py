@@ -13,11 +13,12 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
 
 The first V-cycle matches across parts (as METIS coarsens). Its coarsest level starts from each
 cluster's majority part and, as further tries, from parts regrown by greedy graph growing out of
-those and out of the best try (and, if every try left a part in pieces, from the best with all its
-pieces merged into neighbours and rebalanced); the lowest cut (of the tries whose parts are
-connected, if any) is uncoarsened (one FM pass per level) to one level above the finest. Then it uncoarsens once more,
-from the majority parts of that result on the same hierarchy: the coarsest cut of a geometric
-start foretells the final cut poorly, a refined result's parts do. If the input cuts less than
+those and from a recursive bisection of the coarse graph (and, if every try left a part in pieces,
+from the best with all its pieces merged into neighbours and rebalanced); the lowest cut (of the
+tries whose parts are connected, if any) is uncoarsened (one FM pass per level, within the coarse
+bound) to one level above the finest. Then it uncoarsens once more, from the majority parts of that
+result on the same hierarchy (regrown twice, from those and from the best try): the coarsest cut of
+a geometric start foretells the final cut poorly, a refined result's parts do. If the input cuts less than
 that, or at most 1.1x as much (a deep hierarchy of a large regular mesh can lose to a good
 start), FM passes refine the input itself too and the lower cut is kept (a V-cycle that matches
 inside parts instead, if the first cycle ended above the bound). ``cycles > 1`` adds V-cycles
@@ -32,8 +33,8 @@ with room, guided by which parts touch at the coarsest level. Last, the pieces a
 edges with, where the bound allows; pieces too large for that (a part split in two) merge anyway and
 the overweight parts are rebalanced and refined again.
 
-The kernels (:mod:`meshshard.partitioners._refine_numba`) are sequential with hashed
-tie-breaks: the same input and seed give the same partition.
+The kernels (:mod:`meshshard.partitioners._refine_numba`, :mod:`meshshard.partitioners._bisect_numba`)
+are sequential with hashed tie-breaks: the same input and seed give the same partition.
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ from typing import Optional
 import numpy as np
 
 from meshshard.partitioners import _refine_numba as K
+from meshshard.partitioners._bisect_numba import bisect_parts
 from meshshard.partitioners._graph import csr_view
 
 __all__ = ["multilevel_refine", "part_components"]
@@ -68,12 +70,21 @@ _COARSE_ROUNDS = 3
 #: regrows cost 0.1x METIS's time more at ~10k nodes for no better worst cut, 1 regrow raised hilbert's
 #: mean refined cut from 1.02 to 1.05x METIS's; stalling after all nodes cost 3x the time for the same cuts)
 _REGROWS, _COARSEST_STALL_DIV = 2, 8
+#: the first coarsest level tries recursive bisection of the coarse graph in place of the second regrow, with
+#: this many seeds at the first bisection (:func:`~meshshard.partitioners._bisect_numba.bisect_parts`). Measured
+#: on the gmsh family (14 meshes, kdtree / hilbert / morton, seeds 0-5, with the seeding pass's coarse bound
+#: below): the mean refined cut went from 1.004x METIS's to 0.986x, runs above 1.1x from 17 of 252 to 9, for
+#: ~1% more time at ~10k nodes; 4 seeds gave 0.985x with a worse tail (1.27x), trying it on the restart's
+#: coarsest level too (4 seeds) 0.983x for more time. It wins the first coarsest level in about 60% of runs.
+_BISECT_TRIES = 8
 #: the first V-cycle uncoarsens again from the majority parts of its result on the same hierarchy (measured
 #: on the gmsh family, 7 parts, seed 0: the worst refined cut went from 1.18-1.21x METIS's to 1.09-1.14x, for
 #: about 1.5x the time; uncoarsening the first pass only to a quarter of the nodes left 1.18-1.20x)
 _RESTARTS = 1
 #: FM passes per level when uncoarsening only to seed the next pass (measured on the gmsh family, seeds 0
-#: and 1: 0.9x the time of 4 passes, mean refined cut within 0.3%)
+#: and 1: 0.9x the time of 4 passes, mean refined cut within 0.3%); that pass keeps the coarse bound on every
+#: level, as only its majority parts are used (measured on the family, seeds 0-5: mean refined cut 1.0047x
+#: METIS's against 1.0041x when it tightened to the bound, in ~0.96x the time at ~10k nodes)
 _SEED_PASSES = 1
 #: ... and stops at this level (its majority parts seed the next pass)
 _SEED_STOP = 1
@@ -257,12 +268,13 @@ def _repair(indptr, indices, data, vw, assign: np.ndarray, num_parts: int, max_w
     return forced
 
 
-def _coarsest(g, a, num_parts, bound, total, salt, grow):
+def _coarsest(g, a, num_parts, bound, total, salt, grow, bisect=False):
     """Refine the coarsest level's parts ``a``; with ``grow``, also parts regrown by greedy graph growing
-    (:func:`~meshshard.partitioners._refine_numba.grow_parts`) from ``a`` and then from the best result so far,
-    and, if every try left a part in pieces, the best try with all its pieces merged into neighbours and
-    rebalanced (on the gmsh vessel, hilbert's tries all kept a part in two halves too heavy to merge within
-    ``_REPAIR_SLACK``).
+    (:func:`~meshshard.partitioners._refine_numba.grow_parts`) from ``a`` and then from the best result so far
+    (with ``bisect``, the second regrow gives way to recursive bisection of the graph,
+    :func:`~meshshard.partitioners._bisect_numba.bisect_parts`), and, if every try left a part in pieces, the
+    best try with all its pieces merged into neighbours and rebalanced (on the gmsh vessel, hilbert's tries all
+    kept a part in two halves too heavy to merge within ``_REPAIR_SLACK``).
     Returns ``(parts, cands)`` (``cands``: its boundary candidates ``(listed, cand, count)``, see
     :func:`~meshshard.partitioners._refine_numba.boundary_candidates`) of the lowest cut within ``bound`` plus one
     node weight (coarse nodes are too heavy to balance exactly; the finer levels rebalance), of the tries whose
@@ -274,8 +286,13 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow):
     tries = 1 + _REGROWS if grow else 1
     for attempt in range(tries + 1):
         if attempt < tries:
-            start = a.copy() if attempt == 0 else K.grow_parts(*g, a if attempt == 1 or best is None else best[1],
-                                                               num_parts, total / num_parts, salt + 101 * attempt)
+            if attempt == 0:
+                start = a.copy()
+            elif bisect and attempt == tries - 1:
+                start = bisect_parts(*g, num_parts, _BISECT_TRIES, salt)
+            else:
+                start = K.grow_parts(*g, a if attempt == 1 or best is None else best[1], num_parts, total / num_parts,
+                                     salt + 101 * attempt)
             slack = _REPAIR_SLACK
         elif grow and best is not None and best[0][0]:
             start, slack = best[1].copy(), np.inf  # every try left a part in pieces: merge them all, then rebalance
@@ -296,16 +313,17 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow):
     return best[1], best[2]
 
 
-def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt, passes):
+def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt, passes, seeding=False):
     """Project ``a`` and its boundary candidates ``listed`` from level ``level + 1`` to ``level`` and refine it
     there (at most ``passes`` FM passes) -> ``(parts, listed, cut)``. ``quotient``: the parts' adjacency
-    that guides rebalancing (see :func:`~meshshard.partitioners._refine_numba.quotient_graph`)."""
+    that guides rebalancing (see :func:`~meshshard.partitioners._refine_numba.quotient_graph`). ``seeding``:
+    the pass only seeds another (see ``_SEED_PASSES``), so the bound stays ``coarse_w``."""
     cmap, g = levels[level]
     a = a[cmap]
     cands = K.project_candidates(cmap, listed)
     # the bound tightens level by level to max_w one level above the finest, so the finest level, the
     # largest, has little left to rebalance (measured: 0.9x the time of reaching max_w at the finest, same cuts)
-    bound = max_w + (coarse_w - max_w) * max(level - 1, 0) / max(len(levels) - 1, 1)
+    bound = coarse_w if seeding else max_w + (coarse_w - max_w) * max(level - 1, 0) / max(len(levels) - 1, 1)
     K.rebalance(*g, a, num_parts, bound, salt + level, _COARSE_ROUNDS if level else -1, *cands, *quotient)
     cut = K.fm_refine(*g, a, num_parts, bound, passes, _stall(a.shape[0]), _MIN_GAIN, salt + level, *cands)
     return a, cands[0], cut
@@ -349,7 +367,7 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
             if np.unique(a).shape[0] < num_parts:  # a part lost every cluster: this start cannot help
                 break
         a, (listed, cand, count) = _coarsest(g, a, num_parts, max_w + (coarse_w - max_w) * (top > 0), total,
-                                             salt + top + 5 * restart, grow=free)
+                                             salt + top + 5 * restart, grow=free, bisect=free and restart == 0)
         cut = K.cut_weight(indptr, indices, data, a) if top == 0 else np.inf
         # the parts' adjacency at the coarsest level guides rebalancing on every finer one (it costs a scan
         # of the boundary per level otherwise; moves seldom join new parts)
@@ -358,7 +376,7 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
         stop = min(_SEED_STOP, top - 1) if seeding and top > 1 else 0
         for level in range(top - 1, stop - 1, -1):
             a, listed, cut = _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt + 5 * restart,
-                                           _SEED_PASSES if seeding else _PASSES)
+                                           _SEED_PASSES if seeding else _PASSES, seeding)
         if stop > 0:
             seed_level, seed = stop, a
             continue

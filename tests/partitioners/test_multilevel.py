@@ -155,6 +155,49 @@ def test_coarsest_level_prefers_connected_parts(monkeypatch):
     assert np.array_equal(got, split)
 
 
+def test_first_coarsest_level_tries_recursive_bisection(monkeypatch, data_dir):
+    # the first V-cycle's first coarsest level tries bisect_parts (in place of the second regrow) and keeps it
+    # when it cuts least; the restart's coarsest level and the in-part cycles do not call it; the seeding pass
+    # never rebalances below the coarse bound
+    import meshshard.partitioners.multilevel as ML
+
+    pts, ei = _mesh(data_dir, "rae2822_turb.su2")
+    n = pts.shape[0]
+    start = partition(pts, 7, "hilbert", refine=False).assignment.numpy()
+    calls, bounds = [], []
+    real_bisect, real_refine_level = ML.bisect_parts, ML._refine_level
+
+    def bisect_spy(*args):
+        calls.append(args[0].shape[0] - 1)
+        return real_bisect(*args)
+
+    def level_spy(*args, **kwargs):
+        if args[-1] is True:  # seeding
+            real_rebalance = ML.K.rebalance
+            monkeypatch.setattr(ML.K, "rebalance", lambda *a: bounds.append(a[6]) or real_rebalance(*a))
+            try:
+                return real_refine_level(*args, **kwargs)
+            finally:
+                monkeypatch.setattr(ML.K, "rebalance", real_rebalance)
+        return real_refine_level(*args, **kwargs)
+
+    monkeypatch.setattr(ML, "bisect_parts", bisect_spy)
+    monkeypatch.setattr(ML, "_refine_level", level_spy)
+    got = multilevel_refine(start, 7, ei, cycles=2)
+    assert len(calls) == 1 and calls[0] <= 2 * ML._COARSE_NODES_PER_PART * 7  # once, on the coarsest graph
+    coarse_w = (1.01 + ML._COARSE_SLACK) * n / 7
+    assert bounds and all(abs(b - coarse_w) < 1e-9 * coarse_w for b in bounds)
+    assert np.bincount(got, minlength=7).max() <= 1.01 * n / 7 + 1e-9
+    # a bisection that cuts least at the coarsest level is the one kept there
+    ring = np.array([np.arange(8), (np.arange(8) + 1) % 8])
+    g = (*_csr(ring, 8, None), np.ones(8))
+    halves, quarters = np.array([0, 0, 0, 0, 1, 1, 1, 1]), np.array([1, 1, 0, 0, 0, 0, 1, 1])
+    monkeypatch.setattr(ML.K, "fm_refine", lambda *args: 2.0 if np.array_equal(args[4], quarters) else 5.0)
+    monkeypatch.setattr(ML, "bisect_parts", lambda *args: quarters.copy())
+    assert np.array_equal(ML._coarsest(g, halves.copy(), 2, 4.04, 8.0, 0, grow=True, bisect=True)[0], quarters)
+    assert np.array_equal(ML._coarsest(g, halves.copy(), 2, 4.04, 8.0, 0, grow=True, bisect=False)[0], halves)
+
+
 def test_trivial_inputs():
     ei = np.zeros((2, 0), dtype=np.int64)
     a = np.array([0, 1, 1, 0])
