@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from meshshard.partitioners._refine_numba import _mix, _pop, _push
+from meshshard.partitioners._refine_numba import _list_around, _mix, _pop, _push
 
 __all__ = ["bisect_parts"]
 
@@ -54,22 +54,18 @@ def _induced(indptr, indices, data, vw, nodes, loc):
 
 
 @njit(cache=True)
-def _peripheral(s_ptr, s_idx, m, start, dist, queue):
-    """A node far from ``start`` (the last one a breadth-first search from it reaches) among the first ``m``."""
+def _peripheral(s_ptr, s_idx, m, start, seen, queue):
+    """A node far from ``start`` (the last one a breadth-first search from it reaches) among the first ``m``;
+    ``seen`` and ``queue`` are scratch."""
     for i in range(m):
-        dist[i] = -1
-    dist[start] = 0
+        seen[i] = False
+    seen[start] = True
     queue[0] = start
     head, tail = 0, 1
     while head < tail:
         u = queue[head]
         head += 1
-        for e in range(s_ptr[u], s_ptr[u + 1]):
-            v = s_idx[e]
-            if dist[v] < 0:
-                dist[v] = dist[u] + 1
-                queue[tail] = v
-                tail += 1
+        tail = _list_around(u, s_ptr, s_idx, seen, queue, tail)  # u is seen: its unseen neighbours
     return queue[tail - 1]
 
 
@@ -77,15 +73,14 @@ def _peripheral(s_ptr, s_idx, m, start, dist, queue):
 def _grow_side(s_ptr, s_idx, s_vw, m, seed, target, side, seen, queue, salt):
     """``side[:m]``: 0 for the nodes a breadth-first search from ``seed`` reaches first, up to ``target`` weight
     (a node joins if that leaves side 0 nearer to ``target``); 1 for the rest. An exhausted search restarts from
-    an unreached node (hashed order), so a disconnected graph fills up too. Returns the weight of side 0."""
+    an unreached node (hashed order), so a disconnected graph fills up too."""
     for i in range(m):
         side[i] = 1
         seen[i] = False
     w0 = 0.0
-    head, tail = 0, 0
-    queue[tail] = seed
+    queue[0] = seed
     seen[seed] = True
-    tail += 1
+    head, tail = 0, 1
     probe = 0
     start = np.int64(_mix(1, salt) % np.uint64(m))
     while w0 < target:
@@ -108,13 +103,24 @@ def _grow_side(s_ptr, s_idx, s_vw, m, seed, target, side, seen, queue, salt):
             continue
         side[u] = 0
         w0 += s_vw[u]
-        for e in range(s_ptr[u], s_ptr[u + 1]):
-            v = s_idx[e]
-            if not seen[v]:
-                seen[v] = True
-                queue[tail] = v
-                tail += 1
-    return w0
+        tail = _list_around(u, s_ptr, s_idx, seen, queue, tail)  # u is seen: its unseen neighbours
+
+
+@njit(cache=True)
+def _flip(u, s_ptr, s_idx, s_dat, s_vw, side, w, cnt, ext, deg):
+    """Move ``u`` to the other side, keeping the sides' weights ``w`` and node counts ``cnt`` and every node's
+    edge weight to the other side ``ext`` (``deg``: each node's total edge weight) current."""
+    src = side[u]
+    dst = 1 - src
+    side[u] = dst
+    w[src] -= s_vw[u]
+    w[dst] += s_vw[u]
+    cnt[src] -= 1
+    cnt[dst] += 1
+    ext[u] = deg[u] - ext[u]
+    for e in range(s_ptr[u], s_ptr[u + 1]):
+        v = s_idx[e]
+        ext[v] += s_dat[e] if side[v] == src else -s_dat[e]
 
 
 @njit(cache=True)
@@ -162,19 +168,13 @@ def _fm_2way(s_ptr, s_idx, s_dat, s_vw, side, max_w0, max_w1, min_n0, min_n1, pa
             dst = 1 - src
             if w[dst] + s_vw[u] > max_w[dst] or cnt[src] <= min_n[src]:
                 continue
-            side[u] = dst
-            w[src] -= s_vw[u]
-            w[dst] += s_vw[u]
-            cnt[src] -= 1
-            cnt[dst] += 1
-            ext[u] = deg[u] - ext[u]
+            _flip(u, s_ptr, s_idx, s_dat, s_vw, side, w, cnt, ext, deg)
             locked[u] = True
             log[nmoves] = u
             nmoves += 1
             cum += g
             for e in range(s_ptr[u], s_ptr[u + 1]):
                 v = s_idx[e]
-                ext[v] += s_dat[e] if side[v] == src else -s_dat[e]
                 if not locked[v]:
                     size = _push(hk, ht, hn, size, 2.0 * ext[v] - deg[v], _mix(v, s), v)
             if cum > best_cum + 1e-9:
@@ -182,18 +182,7 @@ def _fm_2way(s_ptr, s_idx, s_dat, s_vw, side, max_w0, max_w1, min_n0, min_n1, pa
             elif nmoves - best_len >= stall:
                 break
         for i in range(nmoves - 1, best_len - 1, -1):  # roll back past the best prefix
-            u = log[i]
-            src = side[u]
-            dst = 1 - src
-            side[u] = dst
-            w[src] -= s_vw[u]
-            w[dst] += s_vw[u]
-            cnt[src] -= 1
-            cnt[dst] += 1
-            ext[u] = deg[u] - ext[u]
-            for e in range(s_ptr[u], s_ptr[u + 1]):
-                v = s_idx[e]
-                ext[v] += s_dat[e] if side[v] == src else -s_dat[e]
+            _flip(log[i], s_ptr, s_idx, s_dat, s_vw, side, w, cnt, ext, deg)
         for i in range(nmoves):
             locked[log[i]] = False
         cut -= best_cum
@@ -214,7 +203,6 @@ def _bisect(s_ptr, s_idx, s_dat, s_vw, k_left, k_right, tries, passes, stall, sa
     side = np.empty(m, dtype=np.int64)
     seen = np.empty(m, dtype=np.bool_)
     queue = np.empty(m, dtype=np.int64)
-    dist = np.empty(m, dtype=np.int64)
     best = np.empty(m, dtype=np.int64)
     best_cut = np.inf
     found = False
@@ -222,7 +210,7 @@ def _bisect(s_ptr, s_idx, s_dat, s_vw, k_left, k_right, tries, passes, stall, sa
         s = _mix(t + 7, salt)
         seed = np.int64(s % np.uint64(m))
         if t == 0:  # first seed: a node at the far end of the graph, as METIS picks
-            seed = _peripheral(s_ptr, s_idx, m, seed, dist, queue)
+            seed = _peripheral(s_ptr, s_idx, m, seed, seen, queue)
         _grow_side(s_ptr, s_idx, s_vw, m, seed, target, side, seen, queue, s)
         n0 = 0
         for i in range(m):
@@ -284,7 +272,7 @@ def bisect_parts(indptr, indices, data, vw, num_parts, tries, salt):
         top -= 1
         a, b, first, k, depth = seg_start[top], seg_end[top], seg_first[top], seg_k[top], seg_depth[top]
         m = b - a
-        if k == 1 or m <= 1:
+        if k == 1:
             for i in range(a, b):
                 out[order[i]] = first
             continue

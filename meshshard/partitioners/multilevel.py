@@ -18,8 +18,8 @@ from the best with all its pieces merged into neighbours and rebalanced); the lo
 tries whose parts are connected, if any) is uncoarsened (one FM pass per level, within the coarse
 bound) to one level above the finest. Then it uncoarsens once more, from the majority parts of that
 result on the same hierarchy (regrown twice, from those and from the best try): the coarsest cut of
-a geometric start foretells the final cut poorly, a refined result's parts do. If the input cuts less than
-that, or at most 1.1x as much (a deep hierarchy of a large regular mesh can lose to a good
+a geometric start foretells the final cut poorly, a refined result's parts do. If the input cuts
+less than that, or at most 1.1x as much (a deep hierarchy of a large regular mesh can lose to a good
 start), FM passes refine the input itself too and the lower cut is kept (a V-cycle that matches
 inside parts instead, if the first cycle ended above the bound). ``cycles > 1`` adds V-cycles
 matched inside parts from the best result while they lower the cut. Matching rates an edge by its

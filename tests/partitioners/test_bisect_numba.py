@@ -36,8 +36,8 @@ def test_bisection_refines_the_grown_side():
     n = 30 * 20
     indptr, indices, data = _csr(_grid(30, 20), n)
     vw = np.ones(n)
-    side, seen, queue, dist = np.empty(n, np.int64), np.empty(n, np.bool_), np.empty(n, np.int64), np.empty(n, np.int64)
-    corner = B._peripheral(indptr, indices, n, 0, dist, queue)
+    side, seen, queue = np.empty(n, np.int64), np.empty(n, np.bool_), np.empty(n, np.int64)
+    corner = B._peripheral(indptr, indices, n, 0, seen, queue)
     B._grow_side(indptr, indices, vw, n, corner, n / 2, side, seen, queue, 0)
     grown = K.cut_weight(indptr, indices, data, side)
     assert (side == 0).sum() == n // 2 and grown >= 40  # a corner triangle of 300 nodes
