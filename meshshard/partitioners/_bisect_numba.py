@@ -106,7 +106,7 @@ def _grow_side(s_ptr, s_idx, s_vw, m, seed, target, side, seen, queue, salt):
         tail = _list_around(u, s_ptr, s_idx, seen, queue, tail)  # u is seen: its unseen neighbours
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _flip(u, s_ptr, s_idx, s_dat, s_vw, side, w, cnt, ext, deg):
     """Move ``u`` to the other side, keeping the sides' weights ``w`` and node counts ``cnt`` and every node's
     edge weight to the other side ``ext`` (``deg``: each node's total edge weight) current."""
