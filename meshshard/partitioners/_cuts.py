@@ -80,7 +80,12 @@ def balanced_runs(
         run = _bucketed(values, weights, targets, run_min, bucket, num_buckets)
         if run is not None:
             return run
-    order = np.argsort(values, kind="stable")
+    # introsort is ~1.7x faster than the stable sort (uint64 keys, 10k items) and gives the same order when no
+    # two values are equal, which one comparison of neighbours shows
+    order = np.argsort(values)
+    ordered = values[order]
+    if n > 1 and (ordered[1:] == ordered[:-1]).any():
+        order = np.argsort(values, kind="stable")
     w = np.ones(n) if weights is None else weights[order]
     pos = _nearest_prefix(np.cumsum(w), 0.0, targets)
     pos = _enforce_min_sizes(pos, run_min, n)

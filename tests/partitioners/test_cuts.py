@@ -31,12 +31,16 @@ def _brute_force(values, weights, fractions, run_min):
     return run
 
 
+@pytest.mark.parametrize("distinct", [False, True])
 @pytest.mark.parametrize("weighted", [False, True])
-def test_matches_brute_force_small(weighted):
-    rng = np.random.default_rng(3 if weighted else 4)
+def test_matches_brute_force_small(weighted, distinct):
+    rng = np.random.default_rng((3 if weighted else 4) + 10 * distinct)
     for trial in range(20):
         n = int(rng.integers(3, 40))
-        values = rng.integers(0, 6, size=n).astype(np.uint64)  # many ties: broken by id
+        if distinct:  # no ties: the unstable sort's order is used as it is
+            values = rng.permutation(2 * n)[:n].astype(np.uint64) << np.uint64(40)
+        else:
+            values = rng.integers(0, 6, size=n).astype(np.uint64)  # many ties: broken by id
         weights = rng.integers(0, 5, size=n).astype(np.float64) if weighted else None
         if weighted and weights.sum() == 0:
             weights[0] = 1.0
