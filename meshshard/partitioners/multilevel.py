@@ -70,6 +70,9 @@ _COARSE_ROUNDS = 3
 #: regrows cost 0.1x METIS's time more at ~10k nodes for no better worst cut, 1 regrow raised hilbert's
 #: mean refined cut from 1.02 to 1.05x METIS's; stalling after all nodes cost 3x the time for the same cuts)
 _REGROWS, _COARSEST_STALL_DIV = 2, 8
+#: ... with at most this many FM passes per try (measured on the gmsh family, seeds 0-5: mean refined cut 0.989x
+#: METIS's with 4 or 8, 14 / 15 of 252 runs above 1.1x, ~0.97x the time at ~10k nodes; 2 passes: 0.993x and 21)
+_COARSEST_PASSES = 4
 #: the first coarsest level tries recursive bisection of the coarse graph in place of the second regrow, with
 #: this many seeds at the first bisection (:func:`~meshshard.partitioners._bisect_numba.bisect_parts`). Measured
 #: on the gmsh family (14 meshes, kdtree / hilbert / morton, seeds 0-5, with the seeding pass's coarse bound
@@ -303,7 +306,7 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow, bisect=False):
         K.repair_components(*g, start, num_parts, slack * total / num_parts)
         cands = K.boundary_candidates(*g[:2], start)
         K.rebalance(*g, start, num_parts, bound, salt, -1, *cands, *_NO_QUOTIENT)
-        cut = K.fm_refine(*g, start, num_parts, bound, _PASSES, stall, _MIN_GAIN, salt, *cands)
+        cut = K.fm_refine(*g, start, num_parts, bound, _COARSEST_PASSES, stall, _MIN_GAIN, salt, *cands)
         if not grow or np.bincount(start, weights=g[3], minlength=num_parts).max() <= limit:
             # a part in pieces here stays in pieces (FM moves nodes, not pieces): connected parts come first
             key = (K.label_components(g[0], g[1], start)[1] > num_parts, cut)
