@@ -16,22 +16,22 @@ cluster's majority part and, as further tries, from parts regrown by greedy grap
 those and from a recursive bisection of the coarse graph (and, if every try left a part in pieces,
 from the best with all its pieces merged into neighbours and rebalanced); the lowest cut (of the
 tries whose parts are connected, if any) is uncoarsened (one FM pass per level, within the coarse
-bound) to the third level above the finest. Then it uncoarsens once more, from the majority parts of that
-result on the same hierarchy (regrown twice, from those and from the best try): the coarsest cut of
-a geometric start foretells the final cut poorly, a refined result's parts do. If the input cuts
-less than that, or at most 1.1x as much (a deep hierarchy of a large regular mesh can lose to a good
-start), FM passes refine the input itself too and the lower cut is kept (a V-cycle that matches
-inside parts instead, if the first cycle ended above the bound). ``cycles > 1`` adds V-cycles
-matched inside parts from the best result while they lower the cut. Matching rates an edge by its
-weight over the product of its end nodes' weights, so clusters stay even. The FM passes and
-rebalancing rounds scan a list of candidates that holds every boundary node (projected from the
-coarser level, so no level scans all its edges for it); coarse levels stop rebalancing after a few
-rounds (their heavy nodes seldom fit exactly; the finer levels finish it), and the bound reaches
-``imbalance`` one level above the finest. Rebalancing passes a part's excess only towards parts
-with room, guided by which parts touch at the coarsest level. Last, the pieces a part fell into
-(connected components beyond its heaviest) are merged into the neighbouring part they share most
-edges with, where the bound allows; pieces too large for that (a part split in two) merge anyway and
-the overweight parts are rebalanced and refined again.
+bound) to the third level above the finest (on a shallower hierarchy, the one below the coarsest).
+Then it uncoarsens once more, from the majority parts of that result on the same hierarchy (regrown
+twice, from those and from the best try): the coarsest cut of a geometric start foretells the final
+cut poorly, a refined result's parts do. If the input cuts less than that, or at most 1.1x as much
+(a deep hierarchy of a large regular mesh can lose to a good start), FM passes refine the input
+itself too and the lower cut is kept (a V-cycle that matches inside parts instead, if the first
+cycle ended above the bound). ``cycles > 1`` adds V-cycles matched inside parts from the best result
+while they lower the cut. Matching rates an edge by its weight over the product of its end nodes'
+weights, so clusters stay even. The FM passes and rebalancing rounds scan a list of candidates that
+holds every boundary node (projected from the coarser level, so no level scans all its edges for
+it); coarse levels stop rebalancing after a few rounds (their heavy nodes seldom fit exactly; the
+finer levels finish it), and the bound reaches ``imbalance`` one level above the finest. Rebalancing
+passes a part's excess only towards parts with room, guided by which parts touch at the coarsest
+level. Last, the pieces a part fell into (connected components beyond its heaviest) are merged into
+the neighbouring part they share most edges with, where the bound allows; pieces too large for that
+(a part split in two) merge anyway and the overweight parts are rebalanced and refined again.
 
 The kernels (:mod:`meshshard.partitioners._refine_numba`, :mod:`meshshard.partitioners._bisect_numba`)
 are sequential with hashed tie-breaks: the same input and seed give the same partition.
