@@ -6,6 +6,12 @@ Each generator takes a target node count (the result lands within a factor 2 of 
 boundary layer (quads at the wall, triangles outside), a graded hexahedral block, and a mixed 3D
 mesh (the boundary-layer mesh extruded: hexahedra and prisms). :data:`GMSH_FAMILY` maps names to
 generators. All need the optional ``gmsh`` package (``pip install 'meshshard[gmsh]'``).
+
+Nodes are numbered in lexicographic order of their coordinates and cells in order of their node ids,
+so a generator called twice gives the same arrays, whatever order gmsh produced them in. gmsh's 2D
+meshing round a boundary-layer field is not fully repeatable, though: between runs it can move some
+interior nodes of the boundary-layer and mixed meshes (two variants of the ~10k boundary-layer mesh
+were seen over five runs).
 """
 from __future__ import annotations
 
@@ -49,7 +55,7 @@ def _run(build: Callable[[object], None], dim: int, space_dim: int):
                 blocks.setdefault(name, []).append(index[enodes.astype(np.int64)].reshape(-1, k))
     finally:
         gmsh.finalize()
-    return _compact(points, {k: np.concatenate(v) for k, v in blocks.items()})
+    return _canonical(*_compact(points, {k: np.concatenate(v) for k, v in blocks.items()}))
 
 
 def _compact(points: np.ndarray, cells: Dict[str, np.ndarray]):
@@ -61,6 +67,24 @@ def _compact(points: np.ndarray, cells: Dict[str, np.ndarray]):
     return np.ascontiguousarray(points[used], dtype=np.float64), {k: remap[c] for k, c in cells.items()}
 
 
+def _canonical(points: np.ndarray, cells: Dict[str, np.ndarray]):
+    """Number nodes in lexicographic order of their coordinates, and each block's cells in order of their node ids.
+
+    gmsh numbers nodes and elements differently from one run to the next where a boundary-layer field is
+    meshed (the same points come out in another order), and a partitioner's result depends on that order:
+    a fixed numbering makes a generated mesh, and every benchmark figure on it, reproducible. A cell's own
+    node order (its orientation) is kept.
+    """
+    order = np.lexsort(points.T[::-1])
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    out = {}
+    for name in sorted(cells):
+        c = rank[cells[name]]
+        out[name] = c[np.lexsort(c.T[::-1])]
+    return np.ascontiguousarray(points[order]), out
+
+
 def _calibrated(mesh_with: Callable[[float], tuple], h_guess: float, num_nodes: int, dim: float):
     """Mesh at a coarser trial size, then at the size its node count says gives ``num_nodes``.
 
@@ -69,7 +93,9 @@ def _calibrated(mesh_with: Callable[[float], tuple], h_guess: float, num_nodes: 
     """
     trial = 1.6 * h_guess
     points, _ = mesh_with(trial)
-    return mesh_with(trial * (points.shape[0] / num_nodes) ** (1.0 / dim))
+    h = trial * (points.shape[0] / num_nodes) ** (1.0 / dim)
+    # on a grid of 1/16 octave: the trial's node count moves by a few nodes between gmsh runs, the size should not
+    return mesh_with(float(2.0 ** (np.round(16 * np.log2(h)) / 16)))
 
 
 def _sizes(gmsh, h: float) -> None:

@@ -47,3 +47,29 @@ def test_bad_arguments():
         G.shell_mesh(2000, cell="tetra")
     with pytest.raises(ValueError, match="layers"):
         G.mixed_mesh(2000, layers=0)
+
+
+def test_canonical_numbering_ignores_gmsh_order_and_keeps_orientation():
+    rng = np.random.default_rng(0)
+    points = rng.random((30, 2))
+    cells = {"triangle": np.array([[0, 1, 2], [3, 4, 5], [2, 1, 6]]), "quad": np.array([[7, 8, 9, 10]])}
+    ref_pts, ref_cells = G._canonical(points, cells)
+    assert (np.lexsort(ref_pts.T[::-1]) == np.arange(30)).all()
+    perm = rng.permutation(30)  # the same mesh, numbered and listed in another order
+    inv = np.argsort(perm)
+    shuffled = {"quad": inv[cells["quad"]], "triangle": inv[cells["triangle"]][::-1]}
+    pts, got = G._canonical(points[perm], shuffled)
+    assert np.array_equal(pts, ref_pts) and list(got) == list(ref_cells) == ["quad", "triangle"]
+    for name in got:
+        assert np.array_equal(got[name], ref_cells[name])
+        # each cell holds the same points in the same (orientation) order as before renumbering
+        kept = {tuple(map(tuple, ref_pts[c])) for c in got[name]}
+        assert kept == {tuple(map(tuple, points[c])) for c in cells[name]}
+
+
+@pytest.mark.parametrize("name", ["boundary layer (2D quad+tri)", "vessel (tet)"])
+def test_family_numbering_is_lexicographic(name):
+    mesh = G.GMSH_FAMILY[name](2000)
+    assert (np.lexsort(mesh.points.T[::-1]) == np.arange(mesh.num_nodes)).all()
+    for c in mesh.cells.values():
+        assert (np.lexsort(c.T[::-1]) == np.arange(c.shape[0])).all()
