@@ -104,13 +104,12 @@ def test_repair_kernel_respects_bound_and_leaves_separate_graph_components():
     assert np.array_equal(b, [0, 0, 0, 0, 0, 0, 1, 1, 1])
 
 
-#: refined cut / METIS cut at 7 parts, ~8k nodes. gmsh's boundary-layer meshes (and the mixed mesh made
-#: from them) differ run to run even on one thread (METIS's cut on the 8,070-node mixed mesh: 974-1120
-#: in three generations), and the refined cut moves with the mesh: three generations x seeds 0-2 gave
-#: kdtree 0.87-1.08, 0.98-1.06 and 1.00-1.13, hilbert 0.90-0.99, 0.97-1.04 and 1.04-1.21, and a CI run
-#: kdtree 1.22 (seed 0). Issue 13's target, 1.15 for both, is not met on every mesh and seed (the benchmark's
-#: last family run: within 1.15 at seed 0, up to 1.13 (kdtree) / 1.17 (hilbert) over seeds 0-2; earlier runs up to
-#: 1.23 over seeds and 1.31 at seed 0): these bounds guard what is reached, with a margin over that range.
+#: refined cut / METIS cut at 7 parts, ~8k nodes. The family's generators number nodes in a fixed order,
+#: but gmsh can still move some interior nodes of the boundary-layer and mixed meshes between runs, and the
+#: refined cut (METIS's too) moves with the mesh and its numbering: over 24 generations of the ~10k
+#: boundary-layer and mixed meshes x seeds 0-2 it reached 1.19x METIS's (hilbert) and 1.15x (kdtree).
+#: Issue 13's target, 1.15 for both, is not met on every mesh and seed: these bounds guard what is reached,
+#: with a margin over that range.
 _FAMILY_BOUND = {"kdtree": 1.3, "hilbert": 1.4}
 
 
@@ -204,7 +203,10 @@ def test_projected_candidates_cover_the_finer_levels_boundary():
     vw = np.ones(900)
     cmap, nc, mate = K.match_in_parts(indptr, indices, data, vw, np.zeros(900, dtype=np.int64), 4.0, 3)
     coarse = K.contract(indptr, indices, data, vw, cmap, mate, nc)
-    coarse_parts = np.random.default_rng(2).integers(0, 4, nc)
+    rep = np.empty(nc, dtype=np.int64)
+    rep[cmap] = np.arange(900)  # a fine node of each cluster
+    # four quadrants, cut along the clusters (random parts would put every cluster on the boundary)
+    coarse_parts = (xy[rep, 0] >= 15).astype(np.int64) + 2 * (xy[rep, 1] >= 15)
     listed_coarse, _, count = K.boundary_candidates(coarse[0], coarse[1], coarse_parts)
     assert 0 < count[0] < nc
     listed, cand, count = K.project_candidates(cmap, listed_coarse)
@@ -281,3 +283,35 @@ def test_room_mask_helpers():
     assert K._room_in(1, masks, vw, np.array([2.0, 1.0, 1.0]), 2.0)  # part 2 has room
     assert not K._room_in(3, masks, vw, np.array([0.0, 1.0, 2.0]), 2.0)  # only part 0 has room: not a neighbour
     assert K._room_in(3, np.zeros(0, dtype=np.uint64), vw, np.array([2.0, 2.0, 2.0]), 2.0)  # no masks: always
+
+
+def test_matching_visits_every_node_once_with_a_spread_stride():
+    from math import gcd
+
+    from meshshard.partitioners import _refine_numba as K
+
+    for n in list(range(1, 60)) + [97, 1000, 1024, 65536, 999_983]:
+        stride = K._coprime_stride(n)
+        assert 1 <= stride <= max(n, 1) and gcd(stride, max(n, 1)) == 1, n
+        if n <= 1000:
+            assert sorted((5 + i * stride) % n for i in range(n)) == list(range(n))
+        if n >= 1000:
+            assert 0.6 * n <= stride <= 0.62 * n  # far from 1: consecutive visits are not consecutive ids
+
+
+def test_refined_cut_on_a_lexicographically_numbered_hex_lattice():
+    # a structured grid numbered axis by axis: visiting nodes in id order matched each node with its next
+    # neighbour along the sweep, and hilbert's refined cut of this lattice was 1.01-1.16x METIS's over seeds
+    # 0-3 (1.22x on a 64 x 32 x 16 one); with the strided visit it is 0.94-0.99x (kdtree's planar cuts: 0.96)
+    nx, ny, nz = 48, 24, 12
+    pts = np.stack(np.meshgrid(np.linspace(0, 4, nx), np.linspace(0, 2, ny), np.linspace(0, 1, nz),
+                               indexing="ij"), -1).reshape(-1, 3)
+    idx = np.arange(nx * ny * nz).reshape(nx, ny, nz)
+    e = np.concatenate([np.stack([idx[:-1].ravel(), idx[1:].ravel()]), np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()]),
+                        np.stack([idx[:, :, :-1].ravel(), idx[:, :, 1:].ravel()])], axis=1)
+    ei = np.concatenate([e, e[::-1]], axis=1)
+    metis = partition_quality(partition(pts, 7, "graph", edge_index=ei), ei)["edge_cut"]
+    for method in ("kdtree", "hilbert"):
+        for seed in range(4):
+            q = partition_quality(partition(pts, 7, method, edge_index=ei, seed=seed), ei)
+            assert q["edge_cut"] <= 1.06 * metis and q["imbalance"] <= 1.01 + 1e-12, (method, seed, q["edge_cut"] / metis)
