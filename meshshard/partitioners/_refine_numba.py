@@ -110,12 +110,12 @@ def _coprime_stride(n):
 def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
     """Heavy-edge matching restricted to edges inside a part -> ``(cmap [n], nc, mate [n])``.
 
-    Nodes are visited with a stride of about ``0.618 n`` through the ids (every id once) from a salted start,
-    so the visit order does not follow a sweep of the numbering; each unmatched node takes its unmatched neighbour in
-    the same part over the edge of highest weight / (product of the two node weights): light
-    pairs first, so clusters stay even (ties: the smaller hash), if the pair weighs at most
-    ``max_vw``. Coarse node ids follow the first visit of each pair, so every cluster lies in
-    one part and the coarse cut equals the fine cut. ``mate[u]``: the node matched with ``u``
+    Nodes are visited with a stride of about ``0.618 n`` through the ids (every id once) from a salted
+    start, so the visit order does not follow a sweep of the numbering; each unmatched node takes its
+    unmatched neighbour in the same part over the edge of highest weight / (product of the two node
+    weights): light pairs first, so clusters stay even (ties: the smaller hash), if the pair weighs at
+    most ``max_vw``. Coarse node ids follow the smaller fine id of each pair (the fine graph's locality);
+    every cluster lies in one part, so the coarse cut equals the fine cut. ``mate[u]``: the node matched with ``u``
     (``u`` itself when unmatched), for :func:`contract`.
     """
     n = assign.shape[0]
