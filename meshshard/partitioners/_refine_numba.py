@@ -689,7 +689,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
 
     A target is a neighbouring part with room, or else one a hop nearer (across part boundaries)
     to a part with room that ends no heavier than the source was; the excess so passes on, round
-    after round, until it reaches a part with room. ``max_rounds`` caps the rounds (-1: ``2 P + 8``; a
+    after round, until it reaches a part with room. ``max_rounds`` caps the rounds (-1: ``4 P + 16``; a
     coarse level, whose heavy nodes seldom fit exactly, stops early and leaves the rest to the finer
     levels). A round scans the candidates ``listed, cand, count`` (see :func:`boundary_candidates`),
     which the nodes next to moves join. ``q_indptr, q_indices``: which parts are adjacent (see
@@ -710,8 +710,10 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
     hk, ht, hn = np.empty(0), np.empty(0, dtype=np.uint64), np.empty(0, dtype=np.int64)
     nc = count[0]
     given_q = q_indptr.shape[0] > 0
-    # passing excess on takes about one round per part it crosses
-    for round_ in range(2 * num_parts + 8 if max_rounds < 0 else max_rounds):
+    # passing excess on takes about one round per part it crosses, more where the parts on its way are full to
+    # within a node (527k-node channel, 7 parts: one node over needed 23-30 rounds, and 2 P + 8 = 22 threw the
+    # whole V-cycle away)
+    for round_ in range(4 * num_parts + 16 if max_rounds < 0 else max_rounds):
         if not _any_over(part_w, max_w):
             count[0] = nc
             return True
