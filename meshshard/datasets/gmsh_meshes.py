@@ -7,8 +7,9 @@ boundary layer (quads at the wall, triangles outside), a graded hexahedral block
 mesh (the boundary-layer mesh extruded: hexahedra and prisms). :data:`GMSH_FAMILY` maps names to
 generators. All need the optional ``gmsh`` package (``pip install 'meshshard[gmsh]'``).
 
-Nodes are numbered in lexicographic order of their coordinates and cells in order of their node ids,
-so a generator called twice gives the same arrays, whatever order gmsh produced them in. gmsh's 2D
+The nodes gmsh makes are numbered in lexicographic order of their coordinates (the extruded shell and
+mixed meshes stack that numbering layer by layer) and cells in order of their node ids, so a generator
+called twice gives the same arrays, whatever order gmsh produced them in. gmsh's 2D
 meshing round a boundary-layer field is not fully repeatable, though: between runs it can move some
 interior nodes of the boundary-layer and mixed meshes (two variants of the ~10k boundary-layer mesh
 were seen over five runs).

@@ -302,7 +302,7 @@ def test_matching_visits_every_node_once_with_a_spread_stride():
 def test_refined_cut_on_a_lexicographically_numbered_hex_lattice():
     # a structured grid numbered axis by axis: visiting nodes in id order matched each node with its next
     # neighbour along the sweep, and hilbert's refined cut of this lattice was 1.01-1.16x METIS's over seeds
-    # 0-3 (1.22x on a 64 x 32 x 16 one); with the strided visit it is 0.94-0.99x (kdtree's planar cuts: 0.96)
+    # 0-3 (1.22x on a 64 x 32 x 16 one); with the strided visit it is 0.94-0.99x (kdtree's planar cuts: 0.95-0.96x either way)
     nx, ny, nz = 48, 24, 12
     pts = np.stack(np.meshgrid(np.linspace(0, 4, nx), np.linspace(0, 2, ny), np.linspace(0, 1, nz),
                                indexing="ij"), -1).reshape(-1, 3)
