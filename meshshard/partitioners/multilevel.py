@@ -24,8 +24,9 @@ cut poorly, a refined result's parts do. If the input cuts less than that, or at
 itself too and the lower cut is kept (a V-cycle that matches inside parts instead, if the first
 cycle ended above the bound). ``cycles > 1`` adds V-cycles matched inside parts from the best result
 while they lower the cut. Matching rates an edge by its weight over the product of its end nodes'
-weights, so clusters stay even. The FM passes and rebalancing rounds scan a list of candidates that
-holds every boundary node (projected from the coarser level, so no level scans all its edges for
+weights, so clusters stay even, and visits the nodes with a stride through the ids, so a sweep-like
+numbering (a structured grid's) does not stretch the clusters. The FM passes and rebalancing rounds
+scan a list of candidates that holds every boundary node (projected from the coarser level, so no level scans all its edges for
 it); coarse levels stop rebalancing after a few rounds (their heavy nodes seldom fit exactly; the
 finer levels finish it), and the bound reaches ``imbalance`` one level above the finest. Rebalancing
 passes a part's excess only towards parts with room, guided by which parts touch at the coarsest
