@@ -104,7 +104,7 @@ def _coprime_stride(n):
     return stride
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # multilevel coarsens on a second thread
 def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
     """Heavy-edge matching restricted to edges inside a part -> ``(cmap [n], nc, mate [n])``.
 
@@ -223,7 +223,7 @@ def majority_parts(to_coarse, fine, vw, num_coarse, num_parts):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # multilevel coarsens on a second thread
 def contract(indptr, indices, data, vw, cmap, mate, nc):
     """Coarse graph of a matching: summed node and edge weights, no self loops.
 

@@ -50,7 +50,9 @@ class BasePartitioner:
         refine: geometric methods only: when an ``edge_index`` is given, move boundary nodes to
             lower the edge cut (default True): compiled k-way Fiduccia-Mattheyses passes on a
             hierarchy of coarsened graphs, then merging of parts' disconnected pieces
-            (:func:`~meshshard.partitioners.multilevel.multilevel_refine`).
+            (:func:`~meshshard.partitioners.multilevel.multilevel_refine`). With two usable CPUs the
+            first coarse graphs are built on a second thread while the geometric start is computed
+            (the environment variable ``MESHSHARD_THREADS=1`` keeps one thread; same result).
     """
 
     name = ""
@@ -101,10 +103,12 @@ class BasePartitioner:
             if ei is None:
                 raise ValueError("edge_weights given without edge_index")
             ew = as_edge_weights(edge_weights, ei.shape[1])
-        assign = self._initial(pts, num_parts, w)
         if ei is not None and self.refine and num_parts > 1:
-            assign = multilevel_refine(assign, num_parts, ei, weights=w, edge_weights=ew, imbalance=self.imbalance,
-                                       seed=self.seed)
+            # the start is computed while a second thread coarsens the graph (see multilevel_refine)
+            assign = multilevel_refine(lambda: self._initial(pts, num_parts, w), num_parts, ei, weights=w,
+                                       edge_weights=ew, imbalance=self.imbalance, seed=self.seed, num_nodes=n)
+        else:
+            assign = self._initial(pts, num_parts, w)
         return Partition(torch.from_numpy(assign), num_parts, method=self.name,
                          node_weights=None if w is None else torch.from_numpy(w))
 

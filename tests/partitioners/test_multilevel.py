@@ -108,6 +108,36 @@ def test_same_seed_same_result_other_seed_other_matching(data_dir):
         assert np.bincount(out, minlength=6).max() <= 1.01 * pts.shape[0] / 6
 
 
+def test_a_start_computed_beside_the_coarsening_gives_the_same_parts(data_dir, monkeypatch):
+    # the first V-cycle's coarse graphs are built on a second thread while a start given as a function is
+    # computed: the parts must equal those of the same start given as an array, and of one thread
+    from meshshard.partitioners import _concurrent
+
+    pts, ei = _mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    n = pts.shape[0]
+    plain = partition(pts, 5, "hilbert", refine=False).assignment.numpy()
+    monkeypatch.setattr(_concurrent, "second_cpu", lambda: True)
+    threads = []
+    orig = _concurrent.Concurrent.__init__
+
+    def counting(self, fn, *args):
+        orig(self, fn, *args)
+        threads.append(self._thread)
+
+    monkeypatch.setattr(_concurrent.Concurrent, "__init__", counting)
+    beside = multilevel_refine(lambda: plain, 5, ei, seed=2, num_nodes=n)
+    assert threads and all(t is not None for t in threads)  # it did run on a thread
+    given = multilevel_refine(plain, 5, ei, seed=2)
+    monkeypatch.setattr(_concurrent, "second_cpu", lambda: False)
+    alone = multilevel_refine(lambda: plain, 5, ei, seed=2, num_nodes=n)
+    assert np.array_equal(beside, given) and np.array_equal(beside, alone)
+    assert not np.array_equal(beside, plain)  # it refined
+    with pytest.raises(ValueError, match="num_nodes"):
+        multilevel_refine(lambda: plain, 5, ei)
+    with pytest.raises(ValueError, match=r"start has shape \[10\], expected \[" + str(n)):
+        multilevel_refine(lambda: plain[:10], 5, ei, num_nodes=n)
+
+
 @pytest.mark.parametrize("ratio, refines_input", [(1.05, True), (1.2, False)])
 def test_an_input_nearly_as_good_as_the_v_cycle_is_refined_too(data_dir, monkeypatch, ratio, refines_input):
     # the V-cycle is replaced by one that returns the input unchanged, claiming a cut ``ratio`` x lower: within
