@@ -36,12 +36,13 @@ the neighbouring part they share most edges with, where the bound allows; pieces
 
 The kernels (:mod:`meshshard.partitioners._refine_numba`, :mod:`meshshard.partitioners._bisect_numba`)
 are sequential with hashed tie-breaks: the same input and seed give the same partition. The first
-V-cycle matches across parts, so its coarse graphs do not depend on the start: given the start as a
-function, :func:`multilevel_refine` builds them on a second thread while the start is computed
-(:class:`~meshshard.partitioners._concurrent.Concurrent`; measured on the gmsh family at ~10k nodes, 2
-shared cores: ~5-10% less time in sum, alternating runs in one process; at ~100k 0-8%). Running the
-coarsest level's tries, or FM on the input, on threads as well was slower there: those are short, and
-the threads competed with the coarsening.
+V-cycle matches across parts, so its coarse graphs do not depend on the start: :func:`multilevel_refine`
+builds them on a second thread (:class:`~meshshard.partitioners._concurrent.Concurrent`) while the start
+is rebalanced and, given as a function, computed. Measured on 2 shared cores, the gmsh family, kdtree and
+hilbert, alternating in one process: 3-12% less time in sum at ~10k nodes; no clear change at ~100k, nor
+on the 2M lattice (hilbert and morton 4.1-5.0 s with the thread, 4.0-4.3 s without), where the start and
+the coarsening, both bound by memory, slow each other down. Running the coarsest level's tries, or FM on
+the input, on threads as well was slower at ~10k: those are short, and the threads competed.
 """
 from __future__ import annotations
 
@@ -191,7 +192,8 @@ def multilevel_refine(
     Args:
         assignment: int ``[N]`` part ids (not modified), or a function of no arguments that returns
             them (then give ``num_nodes``): it runs while a second thread builds the first V-cycle's
-            coarse graphs, which do not depend on the start (with one CPU, before them).
+            coarse graphs, which do not depend on the start (with one usable CPU, or
+            ``MESHSHARD_THREADS=1``, one after the other on the calling thread; same result).
         num_parts: number of parts ``P``.
         edge_index: int64 ``[2, E]`` graph, one or both directions.
         weights: optional float64 ``[N]`` node weights.
