@@ -26,9 +26,10 @@ cycle ended above the bound). ``cycles > 1`` adds V-cycles matched inside parts 
 while they lower the cut. Matching rates an edge by its weight over the product of its end nodes'
 weights, so clusters stay even, and visits the nodes with a stride through the ids, so a sweep-like
 numbering (a structured grid's) does not stretch the clusters. The FM passes and rebalancing rounds
-scan a list of candidates that holds every boundary node (projected from the coarser level, so no level scans all its edges for
-it); coarse levels stop rebalancing after a few rounds (their heavy nodes seldom fit exactly; the
-finer levels finish it), and the bound reaches ``imbalance`` one level above the finest. Rebalancing
+scan a list of candidates that holds every boundary node (projected from the coarser level, so no
+level scans all its edges for it); coarse levels stop rebalancing after a few rounds (their heavy
+nodes seldom fit exactly; the finer levels finish it), and the bound reaches ``imbalance`` one level
+above the finest. Rebalancing
 passes a part's excess only towards parts with room, guided by which parts touch at the coarsest
 level. Last, the pieces a part fell into (connected components beyond its heaviest) are merged into
 the neighbouring part they share most edges with, where the bound allows; pieces too large for that
@@ -235,7 +236,7 @@ def multilevel_refine(
     salt = int(seed) * 1_000_003
     # the first V-cycle matches across parts: its coarse graphs do not depend on the start, so a second
     # thread builds them while the start is computed and rebalanced
-    free_levels = Concurrent(_free_hierarchy, indptr, indices, data, vw, num_parts, max(coarse_w, max_w), salt)
+    free_levels = Concurrent(_hierarchy, indptr, indices, data, vw, None, num_parts, max(coarse_w, max_w), salt)
     initial = _start_array(assignment if start is None else start(), n)
     assign = initial.copy()
     cands = K.boundary_candidates(indptr, indices, assign)
@@ -279,9 +280,17 @@ def _start_array(assignment, n: int) -> np.ndarray:
     return assign
 
 
-def _coarsen(g, a, max_vw: float, coarsest: int, salt: int):
-    """Match and contract ``g`` (parts ``a``) until it has at most ``coarsest`` nodes or stops shrinking
-    -> ``(levels, coarsest graph, its parts)``; ``levels[i] = (cluster map, graph)`` of level ``i``."""
+def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float, salt: int):
+    """Match and contract the graph until it has at most ``_COARSE_NODES_PER_PART * num_parts`` nodes or
+    stops shrinking -> ``(levels, coarsest graph, its parts)``; ``levels[i] = (cluster map, graph)`` of
+    level ``i``. ``parts``: match inside these parts, or None to match across parts (the first V-cycle's
+    hierarchy, which therefore does not depend on the start)."""
+    coarsest = _COARSE_NODES_PER_PART * num_parts
+    total = float(vw.sum())
+    # a cluster must fit in the room the coarse bound leaves above the mean, or it could never move
+    max_vw = max(float(vw.max()), min(1.5 * total / coarsest, 0.5 * (coarse_w - total / num_parts)))
+    g = (indptr, indices, data, vw)
+    a = np.zeros(vw.shape[0], dtype=np.int64) if parts is None else parts.copy()
     levels = []
     depth = 0
     while g[0].shape[0] - 1 > coarsest:
@@ -294,22 +303,6 @@ def _coarsen(g, a, max_vw: float, coarsest: int, salt: int):
         g, a = K.contract(*g, cmap, mate, nc), ca
         depth += 1
     return levels, g, a
-
-
-def _max_cluster(vw: np.ndarray, total: float, coarsest: int, num_parts: int, coarse_w: float) -> float:
-    """Heaviest cluster matching may form: one must fit in the room the coarse bound leaves above the mean,
-    or it could never move."""
-    return max(float(vw.max()), min(1.5 * total / coarsest, 0.5 * (coarse_w - total / num_parts)))
-
-
-def _free_hierarchy(indptr, indices, data, vw, num_parts: int, coarse_w: float, salt: int):
-    """The first V-cycle's hierarchy, matched across parts -> ``(levels, coarsest graph)`` (``built`` of
-    :func:`_v_cycle`)."""
-    coarsest = _COARSE_NODES_PER_PART * num_parts
-    total = float(vw.sum())
-    levels, g, _ = _coarsen((indptr, indices, data, vw), np.zeros(vw.shape[0], dtype=np.int64),
-                            _max_cluster(vw, total, coarsest, num_parts, coarse_w), coarsest, salt)
-    return levels, g
 
 
 def _repair(indptr, indices, data, vw, assign: np.ndarray, num_parts: int, max_w: float, salt: int) -> np.ndarray:
@@ -408,15 +401,11 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
     ``assign`` itself. ``restarts`` (free only): uncoarsen again this many times on the same
     hierarchy, each from the majority parts of the pass before, which stops at level ``_SEED_STOP``
     (one FM pass per level); the last pass reaches the finest level. ``built`` (free only): the
-    hierarchy :func:`_free_hierarchy` made for these arguments.
+    result of :func:`_hierarchy` for these arguments, made beforehand.
     """
-    coarsest = _COARSE_NODES_PER_PART * num_parts
     total = float(vw.sum())
-    if built is not None:
-        levels, g = built
-    else:  # assign stays the fallback
-        levels, g, a = _coarsen((indptr, indices, data, vw), np.zeros_like(assign) if free else assign.copy(),
-                                _max_cluster(vw, total, coarsest, num_parts, coarse_w), coarsest, salt)
+    levels, g, a = built if built is not None else _hierarchy(indptr, indices, data, vw, None if free else assign,
+                                                               num_parts, coarse_w, salt)
     top = len(levels)
     best, best_cut = assign, np.inf
     seed_level, seed = 0, assign  # the parts the next majority vote starts from, and their level
