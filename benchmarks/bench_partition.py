@@ -28,6 +28,9 @@ Every figure is a ratio against a baseline measured in the same run:
    warmed first) as multiples of METIS's in the same run, and the same for Mt-KaHyPar's
    ``improve_partition`` (1 V-cycle) refining the kdtree / hilbert partition; plus the
    ``disconnected_parts`` of every result.
+8. tries (only with ``--only tries``): ``refine_tries=1`` against ``2`` for kdtree and hilbert on the family at
+   ~10k and ~100k nodes, seeds 0-5 (or ``--seeds``): cut / METIS's cut and time / METIS's time per mesh (mean
+   and range over the seeds), then mean, worst and the runs above 1.1x / 1.15x over all of them.
 
 A last table checks issue 2's targets against the figures above: morton and hilbert <= 2x and
 kdtree <= 3x the argsort time at the largest N (stated for 1e7); imbalance (max part weight /
@@ -42,6 +45,7 @@ Usage::
     python benchmarks/bench_partition.py --only quality   # one section (speed, quality, memory, engines, distributed, cli, family)
     python benchmarks/bench_partition.py --quick    # 1e5 / 1e6 points, small gmsh mesh, 3e5-point memory run
     python benchmarks/bench_partition.py --only family --sizes 10k   # the family section at ~10k nodes only
+    python benchmarks/bench_partition.py --only tries    # refine_tries 1 against 2 (about 4 min)
 """
 from __future__ import annotations
 
@@ -648,15 +652,57 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
     return worst
 
 
+def bench_tries(sizes, num_parts: int, seeds, methods=("kdtree", "hilbert")):
+    """``refine_tries=1`` against ``refine_tries=2`` on the gmsh family: cut / METIS's cut (METIS at the first seed)
+    and time / METIS's time, every seed, best of several runs each (the tries after the first run on threads)."""
+    from meshshard.datasets.gmsh_meshes import GMSH_FAMILY
+
+    print(f"\n## 8. refine_tries 1 vs 2 on the gmsh family, {num_parts} parts, seeds {', '.join(map(str, seeds))}: "
+          f"cut / METIS cut, time / METIS time (geometric partition + refinement; {len(os.sched_getaffinity(0))} "
+          "usable CPUs)\n")
+    cols = [(m, t) for m in methods for t in (1, 2)]
+    print("| mesh | N | " + " | ".join(f"{m} tries {t}: mean cut [range], mean time" for m, t in cols) + " |")
+    print("|---|---|" + "---|" * len(cols))
+    cuts = {c: [] for c in cols}
+    times = {c: [] for c in cols}
+    for n_target in sizes:
+        for name, make in GMSH_FAMILY.items():
+            mesh = make(n_target)
+            pts, ei = mesh.points, mesh.edge_index().numpy()
+            n = pts.shape[0]
+            rep = 5 if n < 50_000 else 3
+            g, tm = _timed(lambda: partition(pts, num_parts, "graph", edge_index=ei, seed=seeds[0]), rep)
+            cm = partition_quality(g, ei)["edge_cut"]
+            cells = []
+            for m, t in cols:
+                row_c, row_t = [], []
+                for s in seeds:
+                    p, ts = _timed(lambda: partition(pts, num_parts, m, edge_index=ei, seed=s, refine_tries=t), rep)
+                    row_c.append(partition_quality(p, ei)["edge_cut"] / cm)
+                    row_t.append(ts / tm)
+                cuts[(m, t)] += row_c
+                times[(m, t)] += row_t
+                cells.append(f"{np.mean(row_c):.3f} [{min(row_c):.2f}-{max(row_c):.2f}], {np.mean(row_t):.2f}")
+            print(f"| {name} ~{n_target // 1000}k | {n} | " + " | ".join(cells) + " |", flush=True)
+    print("\n| method, tries | mean cut / METIS | worst | runs above 1.1x / 1.15x | mean time / METIS | worst time |")
+    print("|---|---|---|---|---|---|")
+    for (m, t), c in cuts.items():
+        c = np.array(c)
+        print(f"| {m}, {t} | {c.mean():.4f} | {c.max():.3f} | {(c > 1.1).sum()} / {(c > 1.15).sum()} of {c.size} | "
+              f"{np.mean(times[(m, t)]):.2f} | {max(times[(m, t)]):.2f} |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1e5 / 1e6 points and a small gmsh mesh (< 1 min)")
     ap.add_argument("--parts", type=int, default=8, help="parts for the speed and memory runs (default 8)")
     ap.add_argument("--quality-parts", type=int, default=7, help="parts for the quality table (default 7)")
     ap.add_argument("--only", default="speed,quality,memory,engines,distributed,cli,family",
-                    help="comma-separated sections to run (default: speed,quality,memory,engines,distributed,cli,family)")
+                    help="comma-separated sections to run (default: speed,quality,memory,engines,distributed,cli,family; "
+                         "also: tries, refine_tries 1 against 2 on the family at ~10k and ~100k, about 4 min)")
     ap.add_argument("--seeds", default="0",
-                    help="family section only: comma-separated refinement seeds for the geometric methods (default 0)")
+                    help="family and tries sections: comma-separated refinement seeds for the geometric methods "
+                         "(default 0; tries: 0-5)")
     ap.add_argument("--sizes", default=None,
                     help="family section only: comma-separated node counts, e.g. 10k,100k,2M (default 10k,100k,2M; "
                          "quick: 5k); counts below 1M pick gmsh family meshes, one of 1M or more the graded hex lattice")
@@ -707,6 +753,9 @@ def main(argv=None) -> int:
         for m in ("kdtree", "hilbert"):
             checks.append((f"{m} refined cut / METIS's, worst unseen mesh", worst[m][0], "<=", FAMILY_CUT_TARGET))
             checks.append((f"{m} partition + refinement time / METIS time, worst unseen mesh", worst[m][1], "<=", 1.0))
+    if "tries" in only:
+        seeds = tuple(int(x) for x in args.seeds.split(",")) if args.seeds != "0" else tuple(range(6))
+        bench_tries([5_000] if args.quick else [10_000, 100_000], args.quality_parts, seeds[:2] if args.quick else seeds)
     if checks:
         note = " (quick run: the speed targets are stated for N = 1e7)" if args.quick else ""
         print(f"\n## targets of issue 2 and issue 13{note}\n")

@@ -24,7 +24,7 @@ _BISECT_SLACK = 0.05
 _BISECT_PASSES, _BISECT_STALL = 2, 8
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _induced(indptr, indices, data, vw, nodes, loc):
     """CSR of the subgraph induced by ``nodes`` (``loc[u]``: ``u``'s position in ``nodes``, -1 outside)
     -> ``(indptr, indices, data, vw)``."""
@@ -53,7 +53,7 @@ def _induced(indptr, indices, data, vw, nodes, loc):
     return s_ptr, s_idx, s_dat, s_vw
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _peripheral(s_ptr, s_idx, m, start, seen, queue):
     """A node far from ``start`` (the last one a breadth-first search from it reaches) among the first ``m``;
     ``seen`` and ``queue`` are scratch."""
@@ -69,7 +69,7 @@ def _peripheral(s_ptr, s_idx, m, start, seen, queue):
     return queue[tail - 1]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _grow_side(s_ptr, s_idx, s_vw, m, seed, target, side, seen, queue, salt):
     """``side[:m]``: 0 for the nodes a breadth-first search from ``seed`` reaches first, up to ``target`` weight
     (a node joins if that leaves side 0 nearer to ``target``); 1 for the rest. An exhausted search restarts from
@@ -123,7 +123,7 @@ def _flip(u, s_ptr, s_idx, s_dat, s_vw, side, w, cnt, ext, deg):
         ext[v] += s_dat[e] if side[v] == src else -s_dat[e]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fm_2way(s_ptr, s_idx, s_dat, s_vw, side, max_w0, max_w1, min_n0, min_n1, passes, stall, salt):
     """2-way Fiduccia-Mattheyses passes on ``side`` (0 / 1 per node; modified) -> the cut weight after them.
 
@@ -191,7 +191,7 @@ def _fm_2way(s_ptr, s_idx, s_dat, s_vw, side, max_w0, max_w1, min_n0, min_n1, pa
     return cut
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _bisect(s_ptr, s_idx, s_dat, s_vw, k_left, k_right, tries, passes, stall, salt):
     """Best of ``tries`` grown-and-refined bisections of a graph -> int64 ``[m]`` sides, side 0 holding about
     ``k_left / (k_left + k_right)`` of the weight; each side keeps at least its number of parts in nodes."""
@@ -232,7 +232,7 @@ def _bisect(s_ptr, s_idx, s_dat, s_vw, k_left, k_right, tries, passes, stall, sa
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def bisect_parts(indptr, indices, data, vw, num_parts, tries, salt):
     """Recursive bisection of a symmetric CSR graph into ``num_parts`` parts -> int64 ``[n]`` part ids.
 

@@ -1,7 +1,8 @@
-"""Run one compiled computation beside the calling thread.
+"""Run compiled computations beside the calling thread.
 
 The refinement's kernels are compiled with ``nogil=True``, so a :class:`Concurrent` thread runs them
-on a second CPU while the caller goes on (a geometric start, say). Results do not depend on the
+on another CPU while the caller goes on (a geometric start, say); a :class:`Handoff` passes it a value
+the caller computes meanwhile. Results do not depend on the
 timing: the thread computes on its own arrays and the caller waits for them. With one usable CPU,
 or with ``MESHSHARD_THREADS=1`` in the environment, the computation runs in the caller, when its
 result is first asked for.
@@ -12,7 +13,7 @@ import os
 import threading
 from typing import Any, Callable
 
-__all__ = ["Concurrent", "second_cpu"]
+__all__ = ["Concurrent", "Handoff", "second_cpu"]
 
 
 def second_cpu() -> bool:
@@ -64,4 +65,24 @@ class Concurrent:
         self._fn = self._args = None  # free the inputs
         if self._error is not None:
             raise self._error
+        return self._value
+
+
+class Handoff:
+    """A value the caller puts once and a :class:`Concurrent` computation waits for (:meth:`get`).
+
+    Put it on every path, errors included (put ``None``): a thread waiting in :meth:`get` would otherwise wait
+    forever. With no thread the computation runs when its result is asked for, after the put.
+    """
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._value: Any = None
+
+    def put(self, value: Any) -> None:
+        self._value = value
+        self._ready.set()
+
+    def get(self) -> Any:
+        self._ready.wait()
         return self._value

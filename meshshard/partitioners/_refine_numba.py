@@ -33,7 +33,7 @@ def _mix(x, salt):
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def build_csr(src, dst, w, n):
     """Symmetric CSR of the undirected graph of edges ``src[i] - dst[i]`` (either or both directions given).
 
@@ -78,7 +78,7 @@ def build_csr(src, dst, w, n):
     return indptr, nbr[:pos].copy(), nw[:pos].copy()
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def cut_weight(indptr, indices, data, assign):
     """Total weight of the edges between parts (each undirected edge once)."""
     total = 0.0
@@ -90,7 +90,7 @@ def cut_weight(indptr, indices, data, assign):
     return total / 2.0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _coprime_stride(n):
     """The smallest integer from ``floor(0.618 n)`` up that is coprime to ``n`` (1 for ``n <= 2``).
 
@@ -163,7 +163,7 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
     return cmap, nc, mate
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def part_loads(assign, vw, num_parts):
     """``(weight [P], node count [P])`` of every part."""
     part_w = np.zeros(num_parts)
@@ -174,7 +174,7 @@ def part_loads(assign, vw, num_parts):
     return part_w, sizes
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def group_by_label(label, count):
     """Counting sort: ``members[start[c]:start[c + 1]]`` are the ids ``u`` with ``label[u] == c``, increasing."""
     n = label.shape[0]
@@ -191,7 +191,7 @@ def group_by_label(label, count):
     return start, members
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def majority_parts(to_coarse, fine, vw, num_coarse, num_parts):
     """Each coarse node's part: the one holding most of its fine nodes' weight (ties: the lowest id).
 
@@ -376,7 +376,7 @@ def _pop(hk, ht, hn, size):
     return k, u, size
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _list_boundary(indptr, indices, assign, listed, cand):
     """Put every node with a neighbour in another part into ``cand`` (and mark it in ``listed``); returns the count."""
     nc = 0
@@ -407,7 +407,7 @@ def _list_around(u, indptr, indices, listed, cand, nc):
     return nc
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def candidate_cut(indptr, indices, data, assign, cand, nc):
     """Cut weight, counted over the candidates ``cand[:nc]`` (which must hold every boundary node)."""
     cut = 0.0
@@ -420,7 +420,7 @@ def candidate_cut(indptr, indices, data, assign, cand, nc):
     return 0.5 * cut
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def boundary_candidates(indptr, indices, assign):
     """The boundary nodes as a candidate list -> ``(listed bool [n], cand int64 [n], count int64 [1])``:
     ``cand[:count[0]]`` are the nodes, ``listed`` marks them. :func:`rebalance` and :func:`fm_refine`
@@ -433,7 +433,7 @@ def boundary_candidates(indptr, indices, assign):
     return listed, cand, count
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def project_candidates(cmap, coarse_listed):
     """Candidate list of a finer level from its coarser level's ``listed`` (see :func:`boundary_candidates`).
 
@@ -481,7 +481,7 @@ def _room_in(u, no_room, vw, part_w, max_w):
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt, listed, cand,
               count):
     """k-way Fiduccia-Mattheyses passes with a gain heap and rollback to the best prefix. Modifies ``assign``.
@@ -604,7 +604,7 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     return 0.5 * cut
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def quotient_graph(indptr, indices, assign, num_parts, cand, nc):
     """Parts adjacent across a cut edge, as CSR over parts ``(q_indptr [P + 1], q_indices)``; ``cand[:nc]``
     holds every boundary node."""
@@ -632,7 +632,7 @@ def quotient_graph(indptr, indices, assign, num_parts, cand, nc):
     return q_indptr, q_indices
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _room_distance(q_indptr, q_indices, part_w, max_w, min_vw, dist, queue):
     """Fill ``dist`` (int64 ``[P]``) with the hops in the quotient graph from each part to the
     nearest part with room for a node of weight ``min_vw`` within ``max_w`` (0 for those; ``P``
@@ -688,7 +688,7 @@ def _any_over(part_w, max_w):
     return False
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rounds, listed, cand, count, q_indptr,
               q_indices):
     """Move boundary nodes out of parts heavier than ``max_w``, cheapest cut increase first. Modifies ``assign``.
@@ -796,7 +796,7 @@ def _union(parent, u, v):
         parent[ru] = rv
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _labels(parent):
     """``(label [n], count)`` of a union-find forest whose roots are their sets' smallest nodes, numbered in
     root order."""
@@ -813,7 +813,7 @@ def _labels(parent):
     return label, count
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def label_components(indptr, indices, assign):
     """Connected components of each part's induced subgraph (symmetric CSR) -> ``(label [n], count)``.
 
@@ -844,7 +844,7 @@ def label_components_edges(src, dst, assign):
     return _labels(parent)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def repair_components(indptr, indices, data, vw, assign, num_parts, max_w):
     """Merge every piece of a part but its heaviest into the neighbouring part it shares most edge weight with.
 
@@ -961,7 +961,7 @@ def _grow_into(u, p, indptr, indices, data, vw, out, part_w, last_listed, latest
     return m
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def grow_parts(indptr, indices, data, vw, assign, num_parts, max_w, salt):
     """Regrow the parts of ``assign`` from one seed each by greedy graph growing -> new int64 ``[n]``.
 

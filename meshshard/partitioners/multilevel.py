@@ -44,6 +44,16 @@ hilbert, alternating in one process: 3-12% less time in sum at ~10k nodes; no cl
 on the 2M lattice (hilbert and morton 4.1-5.0 s with the thread, 4.0-4.3 s without), where the start and
 the coarsening, both bound by memory, slow each other down. Running the coarsest level's tries, or FM on
 the input, on threads as well was slower at ~10k: those are short, and the threads competed.
+
+``tries > 1`` runs more first V-cycles, each on its own hierarchy with its own salt, on threads beside the
+first (each waits for the rebalanced start through a :class:`~meshshard.partitioners._concurrent.Handoff`),
+and keeps the lowest cut. The refined cut is a draw: the same algorithm with only the matching's salt moved
+(three offsets, saved gmsh family, kdtree / hilbert / morton x seeds 0-5, 252 runs each) gave a mean cut /
+METIS's of 0.980-0.987 and 1-10 runs above 1.15x, where the shipped salts give 0.978 and 5. Two tries, each
+uncoarsening once, gave 0.960-0.966 and 0-2 runs above 1.15x over four salt offsets. A second try sharing
+the first's hierarchy was not enough (0.962-0.971, up to 5 runs above 1.15x): the draws need their own
+matchings. Cheaper tries (FM stall n / 200, 4 passes, 4 bisection seeds) cost the gain (0.990-0.993) for
+about the time of ``tries=1``.
 """
 from __future__ import annotations
 
@@ -53,7 +63,7 @@ import numpy as np
 
 from meshshard.partitioners import _refine_numba as K
 from meshshard.partitioners._bisect_numba import bisect_parts
-from meshshard.partitioners._concurrent import Concurrent
+from meshshard.partitioners._concurrent import Concurrent, Handoff
 from meshshard.partitioners._graph import csr_view
 
 __all__ = ["multilevel_refine", "part_components"]
@@ -94,6 +104,9 @@ _BISECT_TRIES = 8
 #: on the gmsh family, 7 parts, seed 0: the worst refined cut went from 1.18-1.21x METIS's to 1.09-1.14x, for
 #: about 1.5x the time; uncoarsening the first pass only to a quarter of the nodes left 1.18-1.20x)
 _RESTARTS = 1
+#: with ``tries > 1`` each try uncoarsens once (no restart) and try ``k`` salts its matching and tie-breaks with
+#: ``salt + k * _TRY_SALT``
+_TRY_SALT = 7919
 #: FM passes per level when uncoarsening only to seed the next pass (measured on the gmsh family, seeds 0
 #: and 1: 0.9x the time of 4 passes, mean refined cut within 0.3%); that pass keeps the coarse bound on every
 #: level, as only its majority parts are used (measured on the family, seeds 0-5: mean refined cut 1.0047x
@@ -187,6 +200,7 @@ def multilevel_refine(
     seed: int = 0,
     repair: bool = True,
     num_nodes: Optional[int] = None,
+    tries: int = 1,
 ) -> np.ndarray:
     """Refine ``assignment`` on a hierarchy of coarsened graphs (see the module docstring).
 
@@ -215,10 +229,26 @@ def multilevel_refine(
             graph itself is, or where making it whole would leave a part above ``imbalance`` or
             cost more than 10% more cut.
         num_nodes: ``N``, required when ``assignment`` is a function.
+        tries: independent first V-cycles, each matching its own hierarchy with its own salt; the
+            lowest cut is kept (the ties: the first). With ``tries=1`` (default) the one V-cycle
+            uncoarsens twice, the second time from the majority parts of the first; with more, each
+            uncoarsens once. The tries after the first run on threads beside it (their result does
+            not depend on the threads). Measured on 2 shared cores, kdtree and hilbert on the gmsh
+            family: ``tries=2`` took 1.07-1.17x the time of ``tries=1`` (alternating runs, sums over the
+            ~10k and the ~100k meshes, and ``bench_partition.py --only tries``), 1.72-1.74x with
+            ``MESHSHARD_THREADS=1`` (~10k); it lowered the mean cut / METIS's from 0.978-0.987 to
+            0.960-0.966 and the runs above 1.15x from 1-10 to 0-2 of 252 (four salt offsets, see the
+            module docstring).
 
     Returns:
         int64 ``[N]`` refined part ids; parts stay non-empty.
+
+    Raises:
+        ValueError: ``tries`` is not an int >= 1; ``assignment`` is a function and ``num_nodes`` is
+            missing; the start is not ``[N]``.
     """
+    if isinstance(tries, bool) or not isinstance(tries, (int, np.integer)) or tries < 1:
+        raise ValueError(f"multilevel_refine: tries must be an int >= 1, got {tries!r}")
     if callable(assignment):
         if num_nodes is None:
             raise ValueError("multilevel_refine: give num_nodes when assignment is a function")
@@ -237,10 +267,20 @@ def multilevel_refine(
     # the first V-cycle matches across parts: its coarse graphs do not depend on the start, so a second
     # thread builds them while the start is computed and rebalanced
     free_levels = Concurrent(_hierarchy, indptr, indices, data, vw, None, num_parts, max(coarse_w, max_w), salt)
-    initial = _start_array(assignment if start is None else start(), n)
+    # the other tries build their own hierarchies now too and wait for the rebalanced start
+    handoff = Handoff()
+    others = [Concurrent(_first_cycle, indptr, indices, data, vw, handoff, num_parts, max_w, max(coarse_w, max_w),
+                         salt + k * _TRY_SALT) for k in range(1, int(tries))]
+    try:
+        initial = _start_array(assignment if start is None else start(), n)
+    except BaseException:
+        handoff.put(None)  # the tries' threads stop instead of waiting
+        raise
     assign = initial.copy()
     cands = K.boundary_candidates(indptr, indices, assign)
-    if not K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1, *cands, *_NO_QUOTIENT):
+    balanced = K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1, *cands, *_NO_QUOTIENT)
+    handoff.put(assign if balanced else None)
+    if not balanced:
         assign = initial  # keep the input's balance, refine within it
         K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _stall(n), _MIN_GAIN, salt,
                     *K.boundary_candidates(indptr, indices, assign))
@@ -249,8 +289,10 @@ def multilevel_refine(
     free = True
     for cycle in range(max(1, int(cycles))):
         results = [_v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w),
-                            salt + 7 * cycle, free=free, restarts=_RESTARTS,
+                            salt + 7 * cycle, free=free, restarts=_RESTARTS if tries == 1 else 0,
                             built=free_levels.result() if cycle == 0 else None)]
+        if cycle == 0 and others:
+            results = [min(results + [t.result() for t in others], key=lambda r: r[1])]  # the first of equal cuts
         cut = results[0][1]
         if free and best_cut <= _INPUT_RETRY * cut:  # the input beats what matching across parts found, or nearly
             if np.isfinite(cut):  # (the cycle ended within the bound): FM on the input too, the lower cut is kept
@@ -270,6 +312,16 @@ def multilevel_refine(
     if repair:
         best = _repair(indptr, indices, data, vw, best, num_parts, max_w, salt + 5)
     return best
+
+
+def _first_cycle(indptr, indices, data, vw, handoff, num_parts, max_w, coarse_w, salt):
+    """One more try of the first V-cycle (see ``tries``): its own hierarchy, then, from the rebalanced start
+    that ``handoff`` brings, one uncoarsening -> ``(parts, cut)`` as :func:`_v_cycle`; None if the start is."""
+    built = _hierarchy(indptr, indices, data, vw, None, num_parts, coarse_w, salt)
+    assign = handoff.get()
+    if assign is None:
+        return None
+    return _v_cycle(indptr, indices, data, vw, assign.copy(), num_parts, max_w, coarse_w, salt, free=True, built=built)
 
 
 def _start_array(assignment, n: int) -> np.ndarray:

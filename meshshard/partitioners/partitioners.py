@@ -53,11 +53,15 @@ class BasePartitioner:
             (:func:`~meshshard.partitioners.multilevel.multilevel_refine`). With two usable CPUs the
             first coarse graphs are built on a second thread while the geometric start is computed
             (the environment variable ``MESHSHARD_THREADS=1`` keeps one thread; same result).
+        refine_tries: independent V-cycles of the refinement, the lowest cut kept (default 1; see
+            ``tries`` of :func:`~meshshard.partitioners.multilevel.multilevel_refine`): 2 gives a lower
+            and steadier cut for 1.07-1.17x the time with two CPUs, ~1.7x with one.
     """
 
     name = ""
 
-    def __init__(self, *, imbalance: Optional[float] = None, seed: int = 0, refine: bool = True) -> None:
+    def __init__(self, *, imbalance: Optional[float] = None, seed: int = 0, refine: bool = True,
+                 refine_tries: int = 1) -> None:
         if imbalance is None:
             imbalance = DEFAULT_IMBALANCE
         if isinstance(imbalance, bool) or not isinstance(imbalance, (int, float, np.floating, np.integer)):
@@ -66,12 +70,16 @@ class BasePartitioner:
             raise ValueError(f"imbalance must be a finite float >= 1 (max part weight / mean), got {imbalance}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        if isinstance(refine_tries, bool) or not isinstance(refine_tries, (int, np.integer)) or refine_tries < 1:
+            raise ValueError(f"refine_tries must be an int >= 1, got {refine_tries!r}")
         self.imbalance = float(imbalance)
         self.seed = int(seed)
         self.refine = bool(refine)
+        self.refine_tries = int(refine_tries)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(imbalance={self.imbalance}, seed={self.seed}, refine={self.refine})"
+        return (f"{type(self).__name__}(imbalance={self.imbalance}, seed={self.seed}, refine={self.refine}, "
+                f"refine_tries={self.refine_tries})")
 
     # -- geometric methods override this -----------------------------------------------------------
     def _initial(self, points: np.ndarray, num_parts: int, weights: Optional[np.ndarray]) -> np.ndarray:
@@ -106,7 +114,8 @@ class BasePartitioner:
         if ei is not None and self.refine and num_parts > 1:
             # the start is computed while a second thread coarsens the graph (see multilevel_refine)
             assign = multilevel_refine(lambda: self._initial(pts, num_parts, w), num_parts, ei, weights=w,
-                                       edge_weights=ew, imbalance=self.imbalance, seed=self.seed, num_nodes=n)
+                                       edge_weights=ew, imbalance=self.imbalance, seed=self.seed, num_nodes=n,
+                                       tries=self.refine_tries)
         else:
             assign = self._initial(pts, num_parts, w)
         return Partition(torch.from_numpy(assign), num_parts, method=self.name,
@@ -273,6 +282,7 @@ def partition(
     imbalance: Optional[float] = None,
     seed: int = 0,
     refine: bool = True,
+    refine_tries: int = 1,
     num_nodes: Optional[int] = None,
     engine: Optional[str] = None,
 ) -> Partition:
@@ -292,6 +302,8 @@ def partition(
         imbalance: bound on max part weight / mean (default 1.01).
         seed: tie-break / METIS seed; same input and seed give the same partition.
         refine: boundary refinement for geometric methods when ``edge_index`` is given.
+        refine_tries: independent V-cycles of that refinement, the lowest cut kept (see
+            :class:`BasePartitioner`).
         num_nodes: ``N`` for ``method="graph"`` without points.
         engine: ``method="graph"`` only: ``"metis"`` (default), ``"kaminpar"`` or
             ``"mtkahypar"`` (optional extras; see :class:`GraphPartitioner`).
@@ -305,10 +317,12 @@ def partition(
     if not isinstance(method, str) or method not in PARTITIONERS:
         raise ValueError(f"unknown partition method {method!r}; valid methods: {sorted(PARTITIONERS)}")
     if method == "graph":
+        if refine_tries != 1:
+            raise ValueError(f"refine_tries={refine_tries!r} applies to the geometric methods, not 'graph'")
         part = GraphPartitioner(engine="metis" if engine is None else engine, imbalance=imbalance, seed=seed,
                                 refine=refine)
         return part.partition(points, num_parts, edge_index, weights, edge_weights, num_nodes=num_nodes)
     if engine is not None:
         raise ValueError(f"engine={engine!r} applies to method='graph' only, not {method!r}")
-    part = PARTITIONERS[method](imbalance=imbalance, seed=seed, refine=refine)
+    part = PARTITIONERS[method](imbalance=imbalance, seed=seed, refine=refine, refine_tries=refine_tries)
     return part.partition(points, num_parts, edge_index, weights, edge_weights)

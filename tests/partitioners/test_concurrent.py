@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from meshshard.partitioners import _concurrent
-from meshshard.partitioners._concurrent import Concurrent, second_cpu
+from meshshard.partitioners._concurrent import Concurrent, Handoff, second_cpu
 
 
 def _which_thread():
@@ -48,3 +48,13 @@ def test_meshshard_threads_limits_it(monkeypatch):
     assert not second_cpu()
     monkeypatch.setattr(_concurrent.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert second_cpu()
+
+
+@pytest.mark.parametrize("threaded", [True, False])
+def test_a_handoff_brings_the_callers_value_to_the_computation(monkeypatch, threaded):
+    monkeypatch.setattr(_concurrent, "second_cpu", lambda: threaded)
+    handoff = Handoff()
+    job = Concurrent(lambda: (handoff.get(), _which_thread()))
+    handoff.put(41)  # the thread, if any, waits until here
+    value, where = job.result()
+    assert value == 41 and where == ("meshshard-refine" if threaded else threading.current_thread().name)

@@ -138,6 +138,79 @@ def test_a_start_computed_beside_the_coarsening_gives_the_same_parts(data_dir, m
         multilevel_refine(lambda: plain[:10], 5, ei, num_nodes=n)
 
 
+def _refine_threads_finish(timeout=30.0):
+    import threading
+
+    for t in threading.enumerate():
+        if t.name == "meshshard-refine":
+            t.join(timeout)
+            assert not t.is_alive(), "a refinement thread is still waiting"
+
+
+def test_more_tries_keep_the_lowest_cut_and_do_not_depend_on_threads(data_dir, monkeypatch):
+    # tries=2: a second first V-cycle (own hierarchy, salt + _TRY_SALT) on a thread; the lower cut is kept. On
+    # this mesh, seed 0, the second try wins (364 against 410), so ignoring it would fail the test.
+    import meshshard.partitioners.multilevel as ML
+    from meshshard.partitioners import _concurrent
+
+    pts, ei = _mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    n = pts.shape[0]
+    plain = partition(pts, 5, "hilbert", refine=False).assignment.numpy()
+    indptr, indices, data = _csr(ei, n, None)
+    cycles, orig = [], ML._v_cycle
+
+    def recording(*args, **kw):
+        out = orig(*args, **kw)
+        cycles.append((args[8], out[1]))
+        return out
+
+    monkeypatch.setattr(ML, "_v_cycle", recording)
+    monkeypatch.setattr(_concurrent, "second_cpu", lambda: True)
+    beside = multilevel_refine(plain, 5, ei, seed=0, tries=2, repair=False)
+    by_salt = dict(cycles)
+    assert sorted(by_salt) == [0, ML._TRY_SALT] and by_salt[ML._TRY_SALT] < by_salt[0]
+    assert K.cut_weight(indptr, indices, data, beside) <= min(by_salt.values()) + 1e-9
+    monkeypatch.setattr(_concurrent, "second_cpu", lambda: False)
+    alone = multilevel_refine(plain, 5, ei, seed=0, tries=2, repair=False)
+    assert np.array_equal(beside, alone)
+    one = multilevel_refine(plain, 5, ei, seed=0, repair=False)
+    assert K.cut_weight(indptr, indices, data, beside) < K.cut_weight(indptr, indices, data, one)
+    # through partition(): the same option, the same parts
+    monkeypatch.setattr(_concurrent, "second_cpu", lambda: True)
+    got = partition(pts, 5, "hilbert", edge_index=ei, refine_tries=2).assignment.numpy()
+    assert np.array_equal(got, multilevel_refine(plain, 5, ei, tries=2))
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="tries must be an int >= 1"):
+            multilevel_refine(plain, 5, ei, tries=bad)
+    with pytest.raises(ValueError, match="refine_tries must be an int >= 1"):
+        partition(pts, 5, "hilbert", edge_index=ei, refine_tries=0)
+    with pytest.raises(ValueError, match="refine_tries=2 applies to the geometric methods"):
+        partition(pts, 5, "graph", edge_index=ei, refine_tries=2)
+
+
+def test_more_tries_stop_when_the_start_fails_or_cannot_be_rebalanced(data_dir, monkeypatch):
+    # the other tries wait on their thread for the rebalanced start: an error in the start, or a start that
+    # cannot be rebalanced, must release them (never a thread left waiting)
+    from meshshard.partitioners import _concurrent
+
+    monkeypatch.setattr(_concurrent, "second_cpu", lambda: True)
+    pts, ei = _mesh(data_dir, "naca0012_inviscid.su2")
+    n = pts.shape[0]
+
+    def fails():
+        raise RuntimeError("no start")
+
+    with pytest.raises(RuntimeError, match="no start"):
+        multilevel_refine(fails, 4, ei, num_nodes=n, tries=3)
+    _refine_threads_finish()
+    w = np.ones(n)
+    w[0] = 0.5 * n  # one node heavier than a part may be: no rebalancing fits
+    plain = partition(pts, 4, "kdtree", refine=False).assignment.numpy()
+    out = multilevel_refine(plain, 4, ei, weights=w, tries=2)
+    _refine_threads_finish()
+    assert out.shape == (n,) and np.bincount(out, minlength=4).min() > 0
+
+
 @pytest.mark.parametrize("ratio, refines_input", [(1.05, True), (1.2, False)])
 def test_an_input_nearly_as_good_as_the_v_cycle_is_refined_too(data_dir, monkeypatch, ratio, refines_input):
     # the V-cycle is replaced by one that returns the input unchanged, claiming a cut ``ratio`` x lower: within
