@@ -80,9 +80,11 @@ class Handoff:
         self._value: Any = None
 
     def put(self, value: Any) -> None:
+        """Hand ``value`` over (once) and wake whoever waits in :meth:`get`."""
         self._value = value
         self._ready.set()
 
     def get(self) -> Any:
+        """The value put, waiting for it."""
         self._ready.wait()
         return self._value

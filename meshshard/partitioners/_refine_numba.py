@@ -1,7 +1,8 @@
 """Compiled (numba) kernels of the multilevel refinement: matching, contraction, k-way FM, rebalancing, repair.
 
 All kernels are sequential with fixed tie-breaks (a hash of the node id and a salt), so the same
-input and salt give the same result. Graphs are symmetric CSR: ``indptr`` int64 ``[n + 1]``,
+input and salt give the same result. They release the GIL (``nogil=True``): the multilevel refinement
+runs its first hierarchy and its further tries on threads. Graphs are symmetric CSR: ``indptr`` int64 ``[n + 1]``,
 ``indices`` int64 ``[nnz]`` (no self loops), ``data`` float64 ``[nnz]`` edge weights; ``vw`` float64
 ``[n]`` node weights; ``assign`` int64 ``[n]`` part ids.
 

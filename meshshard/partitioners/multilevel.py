@@ -279,7 +279,7 @@ def multilevel_refine(
     assign = initial.copy()
     cands = K.boundary_candidates(indptr, indices, assign)
     balanced = K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1, *cands, *_NO_QUOTIENT)
-    handoff.put(assign if balanced else None)
+    handoff.put(assign.copy() if balanced else None)  # each try copies it again: no write reaches another
     if not balanced:
         assign = initial  # keep the input's balance, refine within it
         K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _stall(n), _MIN_GAIN, salt,
