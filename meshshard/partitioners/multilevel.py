@@ -11,18 +11,16 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
    of parts above the bound (cheapest first), then k-way Fiduccia-Mattheyses passes (gain heap,
    hill climbing with rollback to the best prefix). Moving one coarse node moves a cluster.
 
-The first V-cycle matches across parts (as METIS coarsens). Its coarsest level starts from each
-cluster's majority part and, as further tries, from parts regrown by greedy graph growing out of
-those and from a recursive bisection of the coarse graph (and, if every try left a part in pieces,
-from the best with all its pieces merged into neighbours and rebalanced); the lowest cut (of the
-tries whose parts are connected, if any) is uncoarsened (one FM pass per level, within the coarse
-bound) to the third level above the finest (on a shallower hierarchy, the one below the coarsest).
-Then it uncoarsens once more, from the majority parts of that result on the same hierarchy (regrown
-twice, from those and from the best try): the coarsest cut of a geometric start foretells the final
-cut poorly, a refined result's parts do. If the input cuts less than that, or at most 1.1x as much
-(a deep hierarchy of a large regular mesh can lose to a good start), FM passes refine the input
-itself too and the lower cut is kept (a V-cycle that matches inside parts instead, if the first
-cycle ended above the bound). ``cycles > 1`` adds V-cycles matched inside parts from the best result
+First, FM passes refine the (rebalanced) start itself on the finest level. The first V-cycle then
+matches across parts (as METIS coarsens); its coarsest level starts from each cluster's majority part
+in that refined start and, as further tries, from parts regrown by greedy graph growing out of those and
+from a recursive bisection of the coarse graph (and, if every try left a part in pieces, from the best
+with all its pieces merged into neighbours and rebalanced); the lowest cut (of the tries whose parts are
+connected, if any) is uncoarsened level by level. The coarsest cut of a geometric start foretells the
+final cut poorly, a refined start's parts do; and a deep hierarchy of a large regular mesh can lose to a
+good start, so the refined start competes with the V-cycle's result and the lower cut is kept (a V-cycle
+that matches inside parts is tried as well if the first ended above the bound). ``cycles > 1`` adds
+V-cycles matched inside parts from the best result
 while they lower the cut. Matching rates an edge by its weight over the product of its end nodes'
 weights, so clusters stay even, and visits the nodes with a stride through the ids, so a sweep-like
 numbering (a structured grid's) does not stretch the clusters. The FM passes and rebalancing rounds
@@ -39,15 +37,17 @@ The kernels (:mod:`meshshard.partitioners._refine_numba`, :mod:`meshshard.partit
 are sequential with hashed tie-breaks: the same input and seed give the same partition. The first
 V-cycle matches across parts, so its coarse graphs do not depend on the start: :func:`multilevel_refine`
 builds them on a second thread (:class:`~meshshard.partitioners._concurrent.Concurrent`) while the start
-is rebalanced and, given as a function, computed. Measured on 2 shared cores, the gmsh family, kdtree and
-hilbert, alternating in one process: 3-12% less time in sum at ~10k nodes; no clear change at ~100k, nor
-on the 2M lattice (hilbert and morton 4.1-5.0 s with the thread, 4.0-4.3 s without), where the start and
-the coarsening, both bound by memory, slow each other down. Running the coarsest level's tries, or FM on
-the input, on threads as well was slower at ~10k: those are short, and the threads competed.
+is computed (when given as a function), rebalanced and refined by FM on the calling thread. Measured on 2
+shared cores, before the start was refined there: 3-12% less time in sum at ~10k nodes (the gmsh family,
+kdtree and hilbert, alternating in one process); no clear change at ~100k, nor on the 2M lattice (hilbert
+and morton 4.1-5.0 s with the thread, 4.0-4.3 s without), where the start and the coarsening, both bound by
+memory, slow each other down. Running the coarsest level's tries on threads as well was slower at ~10k:
+those are short, and the threads competed.
 
 ``tries > 1`` runs more first V-cycles, each on its own hierarchy with its own salt, on threads beside the
-first (each waits for the rebalanced start through a :class:`~meshshard.partitioners._concurrent.Handoff`),
-and keeps the lowest cut. The refined cut is a draw: the same algorithm with only the matching's salt moved
+first (each waits for the refined start through a :class:`~meshshard.partitioners._concurrent.Handoff`),
+and keeps the lowest cut. The figures that follow were measured when a V-cycle still uncoarsened twice from
+the start's majority parts (see the comment in :func:`multilevel_refine`). The refined cut is a draw: the same algorithm with only the matching's salt moved
 (three offsets, saved gmsh family, kdtree / hilbert / morton x seeds 0-5, 252 runs each) gave a mean cut /
 METIS's of 0.980-0.987 and 1-10 runs above 1.15x, where the shipped salts give 0.978 and 5. Two tries, each
 uncoarsening once, gave 0.960-0.966 and 0-2 runs above 1.15x over four salt offsets. A second try sharing
@@ -93,35 +93,16 @@ _REGROWS, _COARSEST_STALL_DIV = 2, 8
 #: ... with at most this many FM passes per try (measured on the gmsh family, seeds 0-5: mean refined cut 0.989x
 #: METIS's with 4 or 8, 14 / 15 of 252 runs above 1.1x, ~0.97x the time at ~10k nodes; 2 passes: 0.993x and 21)
 _COARSEST_PASSES = 4
-#: the first coarsest level tries recursive bisection of the coarse graph in place of the second regrow, with
-#: this many seeds at the first bisection (:func:`~meshshard.partitioners._bisect_numba.bisect_parts`). Measured
-#: on the gmsh family (14 meshes, kdtree / hilbert / morton, seeds 0-5, with the seeding pass's coarse bound
-#: below): the mean refined cut went from 1.004x METIS's to 0.986x, runs above 1.1x from 17 of 252 to 9, for
-#: ~1% more time at ~10k nodes; 4 seeds gave 0.985x with a worse tail (1.27x), trying it on the restart's
-#: coarsest level too (4 seeds) 0.983x for more time. It wins the first coarsest level in about 60% of runs.
+#: the coarsest level of a V-cycle matched across parts tries recursive bisection of the coarse graph in place of
+#: the second regrow, with this many seeds at the first bisection
+#: (:func:`~meshshard.partitioners._bisect_numba.bisect_parts`). Measured on the gmsh family (14 meshes, kdtree /
+#: hilbert / morton, seeds 0-5), when the V-cycle still uncoarsened twice (see multilevel_refine's comment on the
+#: refined start): the mean refined cut went from 1.004x METIS's to 0.986x, runs above 1.1x from 17 of 252 to 9,
+#: for ~1% more time at ~10k nodes; 4 seeds gave 0.985x with a worse tail (1.27x), trying it on the second
+#: uncoarsening's coarsest level too (4 seeds) 0.983x for more time. It won that coarsest level in about 60% of runs.
 _BISECT_TRIES = 8
-#: the first V-cycle uncoarsens again from the majority parts of its result on the same hierarchy (measured
-#: on the gmsh family, 7 parts, seed 0: the worst refined cut went from 1.18-1.21x METIS's to 1.09-1.14x, for
-#: about 1.5x the time; uncoarsening the first pass only to a quarter of the nodes left 1.18-1.20x)
-_RESTARTS = 1
-#: with ``tries > 1`` each try uncoarsens once (no restart) and try ``k`` salts its matching and tie-breaks with
-#: ``salt + k * _TRY_SALT``
+#: with ``tries > 1``, try ``k`` salts its matching and tie-breaks with ``salt + k * _TRY_SALT``
 _TRY_SALT = 7919
-#: FM passes per level when uncoarsening only to seed the next pass (measured on the gmsh family, seeds 0
-#: and 1: 0.9x the time of 4 passes, mean refined cut within 0.3%); that pass keeps the coarse bound on every
-#: level, as only its majority parts are used (measured on the family, seeds 0-5: mean refined cut 1.0047x
-#: METIS's against 1.0041x when it tightened to the bound, in ~0.96x the time at ~10k nodes)
-_SEED_PASSES = 1
-#: ... and stops at this level, about an eighth of the nodes (its majority parts seed the next pass; measured
-#: on the gmsh family, seeds 0-5: mean refined cut 0.989x METIS's, 15 of 252 runs above 1.1x, against 0.992x and 17
-#: when it stopped at level 1, in ~0.95x the time at ~10k nodes; level 2 0.991x / 14, level 4 0.991x / 18)
-_SEED_STOP = 3
-#: the input (rebalanced) is FM-refined as well when its cut is within this x the first V-cycle's result, and the
-#: better kept: deep hierarchies of large regular meshes lose to good starts (measured on a 2M-node graded lattice:
-#: hilbert's V-cycle ended at 1.13-1.19x METIS's cut, FM on the start itself at 1.12x in 0.2 s of 4; on the gmsh
-#: family, seeds 0-2, FM on the start beat the V-cycle in 8 of the 10 runs within 1.1x and in 1 of 20 between 1.1
-#: and 1.25x; trying every start within 1.25x cost ~10% more time at ~10k nodes, within 1.1x 2-6%)
-_INPUT_RETRY = 1.1
 #: rebalance builds the parts' adjacency itself
 _NO_QUOTIENT = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 #: at the coarsest level, pieces of parts may merge into neighbours up to this x the mean weight
@@ -138,10 +119,10 @@ def _stall(n: int) -> int:
     return max(_STALL, n // _STALL_DIV)
 
 
-def _to_coarsest(levels, level: int, n: int) -> np.ndarray:
-    """Each node of level ``level`` (``n`` nodes)'s node on the coarsest level: the cluster maps composed."""
+def _to_coarsest(levels, n: int) -> np.ndarray:
+    """Each finest-level node's (of ``n``) node on the coarsest level: the cluster maps composed."""
     up = np.arange(n)
-    for cmap, _ in levels[level:]:
+    for cmap, _ in levels:
         up = cmap[up]
     return up
 
@@ -273,35 +254,44 @@ def multilevel_refine(
                          salt + k * _TRY_SALT) for k in range(1, int(tries))]
     try:
         initial = _start_array(assignment if start is None else start(), n)
+        assign = initial.copy()
+        cands = K.boundary_candidates(indptr, indices, assign)
+        balanced = K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1, *cands, *_NO_QUOTIENT)
+        if balanced:
+            best, best_cut = assign, K.candidate_cut(indptr, indices, data, assign, cands[1], cands[2][0])
+            # FM passes on the start itself, while the second thread coarsens: the refined start seeds the
+            # V-cycles' coarsest levels and competes with their results. This replaced a second uncoarsening from
+            # the majority parts of a first one (stopped at an eighth of the nodes, one FM pass per level) and FM
+            # on the start only when it cut at most 1.1x the V-cycle's result. Measured on the gmsh family at ~10k
+            # and ~100k nodes, 7 parts, kdtree / hilbert / morton x seeds 0-5 (252 runs): mean refined cut /
+            # METIS's 0.9715 against 0.9682, 3 runs above 1.15x against 5 (worst 1.26 against 1.30), in 0.82x the
+            # time at ~10k and 0.93x at ~100k (sums over the meshes, both alternating in one process). Keeping the
+            # second uncoarsening as well gave 0.9648 and 4 runs above 1.15x, in more time than either.
+            refined = assign.copy()
+            refined_cut = K.fm_refine(indptr, indices, data, vw, refined, num_parts, max_w, _PASSES, _stall(n),
+                                      _MIN_GAIN, salt + 3, *cands)
     except BaseException:
         handoff.put(None)  # the tries' threads stop instead of waiting
         raise
-    assign = initial.copy()
-    cands = K.boundary_candidates(indptr, indices, assign)
-    balanced = K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1, *cands, *_NO_QUOTIENT)
-    handoff.put(assign.copy() if balanced else None)  # each try copies it again: no write reaches another
     if not balanced:
+        handoff.put(None)
         assign = initial  # keep the input's balance, refine within it
         K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _stall(n), _MIN_GAIN, salt,
                     *K.boundary_candidates(indptr, indices, assign))
         return assign
-    best, best_cut = assign, K.candidate_cut(indptr, indices, data, assign, cands[1], cands[2][0])
+    handoff.put(refined.copy())  # each try copies it again: no write reaches another
     free = True
     for cycle in range(max(1, int(cycles))):
-        results = [_v_cycle(indptr, indices, data, vw, best.copy(), num_parts, max_w, max(coarse_w, max_w),
-                            salt + 7 * cycle, free=free, restarts=_RESTARTS if tries == 1 else 0,
+        results = [_v_cycle(indptr, indices, data, vw, (refined if cycle == 0 else best).copy(), num_parts, max_w,
+                            max(coarse_w, max_w), salt + 7 * cycle, free=free,
                             built=free_levels.result() if cycle == 0 else None)]
         if cycle == 0 and others:
             results = [min(results + [t.result() for t in others], key=lambda r: r[1])]  # the first of equal cuts
-        cut = results[0][1]
-        if free and best_cut <= _INPUT_RETRY * cut:  # the input beats what matching across parts found, or nearly
-            if np.isfinite(cut):  # (the cycle ended within the bound): FM on the input too, the lower cut is kept
-                out = assign.copy()
-                results.append((out, K.fm_refine(indptr, indices, data, vw, out, num_parts, max_w, _PASSES, _stall(n),
-                                                 _MIN_GAIN, salt + 3, *K.boundary_candidates(indptr, indices, out))))
-            else:  # the cycle found nothing within the bound: a V-cycle matched inside the parts
-                results.append(_v_cycle(indptr, indices, data, vw, assign.copy(), num_parts, max_w,
+        if cycle == 0:
+            if not np.isfinite(results[0][1]):  # nothing within the bound: a V-cycle matched inside the parts
+                results.append(_v_cycle(indptr, indices, data, vw, refined.copy(), num_parts, max_w,
                                         max(coarse_w, max_w), salt + 3, free=False))
+            results.append((refined, refined_cut))
         improved = False
         for out, cut in results:
             if cut < best_cut - 1e-9 * max(best_cut, 1.0):
@@ -428,62 +418,46 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow, bisect=False):
     return best[1], best[2]
 
 
-def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt, passes, seeding=False):
+def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt):
     """Project ``a`` and its boundary candidates ``listed`` from level ``level + 1`` to ``level`` and refine it
-    there (at most ``passes`` FM passes) -> ``(parts, listed, cut)``. ``quotient``: the parts' adjacency
-    that guides rebalancing (see :func:`~meshshard.partitioners._refine_numba.quotient_graph`). ``seeding``:
-    the pass only seeds another (see ``_SEED_PASSES``), so the bound stays ``coarse_w``."""
+    there (at most ``_PASSES`` FM passes) -> ``(parts, listed, cut)``. ``quotient``: the parts' adjacency
+    that guides rebalancing (see :func:`~meshshard.partitioners._refine_numba.quotient_graph`)."""
     cmap, g = levels[level]
     a = a[cmap]
     cands = K.project_candidates(cmap, listed)
     # the bound tightens level by level to max_w one level above the finest, so the finest level, the
     # largest, has little left to rebalance (measured: 0.9x the time of reaching max_w at the finest, same cuts)
-    bound = coarse_w if seeding else max_w + (coarse_w - max_w) * max(level - 1, 0) / max(len(levels) - 1, 1)
+    bound = max_w + (coarse_w - max_w) * max(level - 1, 0) / max(len(levels) - 1, 1)
     K.rebalance(*g, a, num_parts, bound, salt + level, _COARSE_ROUNDS if level else -1, *cands, *quotient)
-    cut = K.fm_refine(*g, a, num_parts, bound, passes, _stall(a.shape[0]), _MIN_GAIN, salt + level, *cands)
+    cut = K.fm_refine(*g, a, num_parts, bound, _PASSES, _stall(a.shape[0]), _MIN_GAIN, salt + level, *cands)
     return a, cands[0], cut
 
 
-def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt, free, restarts=0, built=None):
+def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt, free, built=None):
     """One V-cycle from a partition within ``max_w`` -> ``(parts within max_w, their cut)``; ``(assign, inf)``
-    when no pass ends within the bound.
+    when it ends above the bound.
 
     ``free``: match across parts too (as METIS coarsens) and start the coarsest level from each
-    cluster's majority part; else match inside parts only, so the coarsest level starts from
-    ``assign`` itself. ``restarts`` (free only): uncoarsen again this many times on the same
-    hierarchy, each from the majority parts of the pass before, which stops at level ``_SEED_STOP``
-    (one FM pass per level); the last pass reaches the finest level. ``built`` (free only): the
-    result of :func:`_hierarchy` for these arguments, made beforehand.
+    cluster's majority part of ``assign``, regrown parts and a recursive bisection (see
+    :func:`_coarsest`); else match inside parts only, so the coarsest level starts from ``assign``
+    itself. ``built`` (free only): the result of :func:`_hierarchy` for these arguments, made beforehand.
     """
     total = float(vw.sum())
     levels, g, a = built if built is not None else _hierarchy(indptr, indices, data, vw, None if free else assign,
                                                                num_parts, coarse_w, salt)
     top = len(levels)
-    best, best_cut = assign, np.inf
-    seed_level, seed = 0, assign  # the parts the next majority vote starts from, and their level
-    for restart in range(1 + (restarts if free else 0)):
-        if free:
-            seed_vw = vw if seed_level == 0 else levels[seed_level][1][3]
-            a = K.majority_parts(_to_coarsest(levels, seed_level, seed.shape[0]), seed, seed_vw, g[0].shape[0] - 1,
-                                 num_parts)
-            if np.unique(a).shape[0] < num_parts:  # a part lost every cluster: this start cannot help
-                break
-        a, (listed, cand, count) = _coarsest(g, a, num_parts, max_w + (coarse_w - max_w) * (top > 0), total,
-                                             salt + top + 5 * restart, grow=free, bisect=free and restart == 0)
-        cut = K.cut_weight(indptr, indices, data, a) if top == 0 else np.inf
-        # the parts' adjacency at the coarsest level guides rebalancing on every finer one (it costs a scan
-        # of the boundary per level otherwise; moves seldom join new parts)
-        quotient = K.quotient_graph(g[0], g[1], a, num_parts, cand, count[0])
-        seeding = free and restart < restarts
-        stop = min(_SEED_STOP, top - 1) if seeding and top > 1 else 0
-        for level in range(top - 1, stop - 1, -1):
-            a, listed, cut = _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt + 5 * restart,
-                                           _SEED_PASSES if seeding else _PASSES, seeding)
-        if stop > 0:
-            seed_level, seed = stop, a
-            continue
-        if np.bincount(a, weights=vw, minlength=num_parts).max() <= max_w and np.bincount(a, minlength=num_parts).min() > 0 \
-                and cut < best_cut:
-            best, best_cut = a, cut
-        seed_level, seed = 0, best
-    return best, best_cut
+    if free:
+        a = K.majority_parts(_to_coarsest(levels, assign.shape[0]), assign, vw, g[0].shape[0] - 1, num_parts)
+        if np.unique(a).shape[0] < num_parts:  # a part lost every cluster: this start cannot help
+            return assign, np.inf
+    a, (listed, cand, count) = _coarsest(g, a, num_parts, max_w + (coarse_w - max_w) * (top > 0), total, salt + top,
+                                         grow=free, bisect=free)
+    cut = K.cut_weight(indptr, indices, data, a) if top == 0 else np.inf
+    # the parts' adjacency at the coarsest level guides rebalancing on every finer one (it costs a scan
+    # of the boundary per level otherwise; moves seldom join new parts)
+    quotient = K.quotient_graph(g[0], g[1], a, num_parts, cand, count[0])
+    for level in range(top - 1, -1, -1):
+        a, listed, cut = _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt)
+    if np.bincount(a, weights=vw, minlength=num_parts).max() <= max_w and np.bincount(a, minlength=num_parts).min() > 0:
+        return a, cut
+    return assign, np.inf
