@@ -3,8 +3,10 @@
 All kernels are sequential with fixed tie-breaks (a hash of the node id and a salt), so the same
 input and salt give the same result. They release the GIL (``nogil=True``): the multilevel refinement
 runs its first hierarchy and its further tries on threads. Graphs are symmetric CSR: ``indptr`` int64 ``[n + 1]``,
-``indices`` int64 ``[nnz]`` (no self loops), ``data`` float64 ``[nnz]`` edge weights; ``vw`` float64
-``[n]`` node weights; ``assign`` int64 ``[n]`` part ids.
+``indices`` int64 or int32 ``[nnz]`` (no self loops; the multilevel refinement passes int32, which halves what
+the kernels read per edge; :func:`match_in_parts`' cluster maps and :func:`contract`'s coarse ``indices`` keep
+the type), ``data`` float64 ``[nnz]`` edge weights; ``vw`` float64 ``[n]`` node weights; ``assign`` int64
+``[n]`` part ids.
 
 The per-node helpers called in the kernels' inner loops are compiled with ``inline="always"``: a call
 between numba functions passes every array as a struct and counts its references, which made a
@@ -115,7 +117,7 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
     weights): light pairs first, so clusters stay even (ties: the smaller hash), if the pair weighs at
     most ``max_vw``. Coarse node ids follow the smaller fine id of each pair (the fine graph's locality);
     every cluster lies in one part, so the coarse cut equals the fine cut. ``mate[u]``: the node matched with ``u``
-    (``u`` itself when unmatched), for :func:`contract`.
+    (``u`` itself when unmatched), for :func:`contract`. ``cmap`` and ``mate`` have the integer type of ``indices``.
     """
     n = assign.shape[0]
     # visit order: a golden-ratio stride through the ids, from a salted start. In id order, a sweep-like
@@ -132,7 +134,7 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
     # 1.13x METIS's (hilbert, seed 0; the lattice test's bound is 1.06x). Ties between equal edges: the smaller hash.
     first = np.int64(_mix(0, salt) % np.uint64(max(n, 1)))
     stride = _coprime_stride(n)
-    mate = np.full(n, -1, dtype=np.int64)
+    mate = np.full(n, -1, dtype=indices.dtype)  # node ids in the type of indices (int32 from multilevel)
     u = first
     for i in range(n):
         if i > 0:
@@ -154,7 +156,7 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
             mate[best] = u
         else:
             mate[u] = u
-    cmap = np.full(n, -1, dtype=np.int64)
+    cmap = np.full(n, -1, dtype=indices.dtype)
     nc = 0
     for u in range(n):  # ids in node order: the coarse graph keeps the fine graph's locality
         if cmap[u] < 0:
@@ -231,8 +233,8 @@ def majority_parts(to_coarse, fine, vw, num_coarse, num_parts):
 def contract(indptr, indices, data, vw, cmap, mate, nc):
     """Coarse graph of a matching: summed node and edge weights, no self loops.
 
-    ``cmap`` int64 ``[n]``: each node's coarse node, numbered in the order of each pair's first
-    node; ``mate`` int64 ``[n]``: the node matched with each (itself when unmatched), as
+    ``cmap`` ``[n]``: each node's coarse node, numbered in the order of each pair's first
+    node; ``mate`` ``[n]``: the node matched with each (itself when unmatched), as
     :func:`match_in_parts` returns them. Pairs are read in node order, so the coarse rows are
     written in order without sorting nodes by cluster. Returns ``(indptr, indices, data, vw)``
     of the coarse graph (``indices`` and ``data`` may be views of larger buffers).
@@ -240,7 +242,7 @@ def contract(indptr, indices, data, vw, cmap, mate, nc):
     n = cmap.shape[0]
     cvw = np.empty(nc)
     c_indptr = np.zeros(nc + 1, dtype=np.int64)
-    c_indices = np.empty(indices.shape[0], dtype=np.int64)
+    c_indices = np.empty(indices.shape[0], dtype=indices.dtype)  # int32 stays int32
     c_data = np.empty(indices.shape[0])
     slot = np.full(nc, -1, dtype=np.int64)  # position of coarse neighbour in the current row
     pos = 0
