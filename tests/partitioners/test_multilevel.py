@@ -136,6 +136,13 @@ def test_a_start_computed_beside_the_coarsening_gives_the_same_parts(data_dir, m
         multilevel_refine(lambda: plain, 5, ei)
     with pytest.raises(ValueError, match=r"start has shape \[10\], expected \[" + str(n)):
         multilevel_refine(lambda: plain[:10], 5, ei, num_nodes=n)
+    bad = plain.copy()
+    bad[7] = 5  # a part id the kernels would index past their [P] arrays with
+    with pytest.raises(ValueError, match=r"integer part ids in \[0, 5\), got 0\.\.5"):
+        multilevel_refine(bad, 5, ei)
+    with pytest.raises(ValueError, match="got dtype float64"):
+        multilevel_refine(plain.astype(float), 5, ei)
+    assert beside.dtype == np.int64 and multilevel_refine(plain.astype(np.int32), 5, ei, seed=2).dtype == np.int64
 
 
 def _refine_threads_finish(timeout=30.0):
