@@ -355,7 +355,7 @@ def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float
     # a cluster must fit in the room the coarse bound leaves above the mean, or it could never move
     max_vw = max(float(vw.max()), min(1.5 * total / coarsest, 0.5 * (coarse_w - total / num_parts)))
     g = (indptr, indices, data, vw)
-    a = np.zeros(vw.shape[0], dtype=np.int64) if parts is None else parts.copy()
+    a = np.zeros(vw.shape[0], dtype=_PART_DTYPE) if parts is None else parts.astype(_PART_DTYPE)
     levels = []
     depth = 0
     while g[0].shape[0] - 1 > coarsest:
@@ -363,7 +363,7 @@ def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float
         if nc > _MIN_SHRINK * (g[0].shape[0] - 1):
             break
         levels.append((cmap, g))
-        ca = np.empty(nc, dtype=np.int64)
+        ca = np.empty(nc, dtype=a.dtype)
         ca[cmap] = a
         g, a = K.contract(*g, cmap, mate, nc), ca
         depth += 1
