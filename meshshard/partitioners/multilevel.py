@@ -266,11 +266,12 @@ def multilevel_refine(
     salt = int(seed) * 1_000_003
     # the first V-cycle matches across parts: its coarse graphs do not depend on the start, so a second
     # thread builds them while the start is computed and rebalanced
-    free_levels = Concurrent(_hierarchy, indptr, indices, data, vw, None, num_parts, max(coarse_w, max_w), salt)
+    unit = weights is None and edge_weights is None  # the finest level's matching then reads no weights
+    free_levels = Concurrent(_hierarchy, indptr, indices, data, vw, None, num_parts, max(coarse_w, max_w), salt, unit)
     # the other tries build their own hierarchies now too and wait for the rebalanced start
     handoff = Handoff()
     others = [Concurrent(_first_cycle, indptr, indices, data, vw, handoff, num_parts, max_w, max(coarse_w, max_w),
-                         salt + k * _TRY_SALT) for k in range(1, int(tries))]
+                         salt + k * _TRY_SALT, unit) for k in range(1, int(tries))]
     try:
         initial = _start_array(assignment if start is None else start(), n, num_parts)
         assign = initial.copy()
@@ -323,10 +324,10 @@ def multilevel_refine(
     return best.astype(np.int64, copy=False)
 
 
-def _first_cycle(indptr, indices, data, vw, handoff, num_parts, max_w, coarse_w, salt):
-    """One more try of the first V-cycle (see ``tries``): its own hierarchy, then, from the rebalanced start
+def _first_cycle(indptr, indices, data, vw, handoff, num_parts, max_w, coarse_w, salt, unit=False):
+    """One more try of the first V-cycle (see ``tries``): its own hierarchy, then, from the refined start
     that ``handoff`` brings, one uncoarsening -> ``(parts, cut)`` as :func:`_v_cycle`; None if the start is."""
-    built = _hierarchy(indptr, indices, data, vw, None, num_parts, coarse_w, salt)
+    built = _hierarchy(indptr, indices, data, vw, None, num_parts, coarse_w, salt, unit)
     assign = handoff.get()
     if assign is None:
         return None
@@ -345,29 +346,32 @@ def _start_array(assignment, n: int, num_parts: int) -> np.ndarray:
     return assign.astype(_PART_DTYPE, copy=False)
 
 
-def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float, salt: int):
+def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float, salt: int, unit: bool = False):
     """Match and contract the graph until it has at most ``_COARSE_NODES_PER_PART * num_parts`` nodes or
     stops shrinking -> ``(levels, coarsest graph, its parts)``; ``levels[i] = (cluster map, graph)`` of
     level ``i``. ``parts``: match inside these parts, or None to match across parts (the first V-cycle's
-    hierarchy, which therefore does not depend on the start)."""
+    hierarchy, which therefore does not depend on the start). ``unit``: every node and edge of the graph
+    weighs 1 (the finest level's matching then reads no weights)."""
     coarsest = _COARSE_NODES_PER_PART * num_parts
     total = float(vw.sum())
     # a cluster must fit in the room the coarse bound leaves above the mean, or it could never move
     max_vw = max(float(vw.max()), min(1.5 * total / coarsest, 0.5 * (coarse_w - total / num_parts)))
     g = (indptr, indices, data, vw)
-    a = np.zeros(vw.shape[0], dtype=_PART_DTYPE) if parts is None else parts.astype(_PART_DTYPE)
+    a = np.empty(0, dtype=_PART_DTYPE) if parts is None else parts.astype(_PART_DTYPE)  # empty: one part
     levels = []
     depth = 0
     while g[0].shape[0] - 1 > coarsest:
-        cmap, nc, mate = K.match_in_parts(*g, a, max_vw, salt * 131 + depth)
+        cmap, nc, mate = K.match_in_parts(*g, a, max_vw, salt * 131 + depth, unit and depth == 0)
         if nc > _MIN_SHRINK * (g[0].shape[0] - 1):
             break
         levels.append((cmap, g))
-        ca = np.empty(nc, dtype=a.dtype)
-        ca[cmap] = a
-        g, a = K.contract(*g, cmap, mate, nc), ca
+        if a.shape[0]:
+            ca = np.empty(nc, dtype=a.dtype)
+            ca[cmap] = a
+            a = ca
+        g = K.contract(*g, cmap, mate, nc)
         depth += 1
-    return levels, g, a
+    return levels, g, a if a.shape[0] else np.zeros(g[0].shape[0] - 1, dtype=_PART_DTYPE)
 
 
 def _repair(indptr, indices, data, vw, assign: np.ndarray, num_parts: int, max_w: float, salt: int) -> np.ndarray:
