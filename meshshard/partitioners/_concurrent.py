@@ -49,6 +49,11 @@ class Concurrent:
             self._thread = threading.Thread(target=self._run, name="meshshard-refine", daemon=True)
             self._thread.start()
 
+    @property
+    def threaded(self) -> bool:
+        """Whether ``fn`` runs on a thread (else it runs in :meth:`result`)."""
+        return self._thread is not None
+
     def _run(self) -> None:
         try:
             self._value = self._fn(*self._args)
@@ -88,3 +93,7 @@ class Handoff:
         """The value put, waiting for it."""
         self._ready.wait()
         return self._value
+
+    def ready(self) -> bool:
+        """Whether a value was put (:meth:`get` would not wait)."""
+        return self._ready.is_set()

@@ -66,7 +66,7 @@ def symmetric_csr(lo: np.ndarray, hi: np.ndarray, w: Optional[np.ndarray], num_n
     return indptr, indices, data
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # multilevel_refine checks the CSR on a second thread beside the start
 def _indptr_if_symmetric_csr(src, dst, n):
     """``(indptr, True)`` when ``(src, dst)`` lists a symmetric CSR row by row, else ``(_, False)``.
 

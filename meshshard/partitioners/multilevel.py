@@ -147,6 +147,13 @@ def _csr(edge_index: np.ndarray, n: int, edge_weights: Optional[np.ndarray]):
         if view is not None:
             return view[0], _narrow(view[1], n), np.ones(view[1].shape[0])
     ei = np.ascontiguousarray(edge_index, dtype=np.int64)
+    # the kernels do not check bounds: bad ids or weights would be read and written past the arrays
+    if ei.ndim != 2 or ei.shape[0] != 2:
+        raise ValueError(f"multilevel_refine: edge_index must have shape [2, E], got {list(ei.shape)}")
+    if ei.size and (int(ei.min()) < 0 or int(ei.max()) >= n):
+        raise ValueError(f"multilevel_refine: edge_index holds node ids outside [0, {n}): {int(ei.min())}..{int(ei.max())}")
+    if edge_weights is not None and edge_weights.shape != (ei.shape[1],):
+        raise ValueError(f"multilevel_refine: edge_weights has shape {list(edge_weights.shape)}, expected [{ei.shape[1]}]")
     w = np.ones(ei.shape[1]) if edge_weights is None else np.ascontiguousarray(edge_weights, dtype=np.float64)
     indptr, indices, data = K.build_csr(ei[0], ei[1], w, n)
     return indptr, _narrow(indices, n), data
@@ -263,21 +270,26 @@ def multilevel_refine(
         return _start_array(assignment if start is None else start(), n, num_parts).astype(np.int64)
     vw = np.ones(n) if weights is None else np.ascontiguousarray(weights, dtype=np.float64)
     ew = None if edge_weights is None else np.asarray(edge_weights, dtype=np.float64)
-    indptr, indices, data = _csr(edge_index, n, ew)
     mean = float(vw.sum()) / num_parts
     max_w = imbalance * mean * (1 + 1e-12)
     coarse_w = (imbalance + _COARSE_SLACK if coarse_imbalance is None else coarse_imbalance) * mean
     salt = int(seed) * 1_000_003
-    # the first V-cycle matches across parts: its coarse graphs do not depend on the start, so a second
-    # thread builds them while the start is computed and rebalanced
     unit = weights is None and edge_weights is None  # the finest level's matching then reads no weights
-    free_levels = Concurrent(_hierarchy, indptr, indices, data, vw, None, num_parts, max(coarse_w, max_w), salt, unit)
-    # the other tries build their own hierarchies now too and wait for the rebalanced start
+    # the CSR and the first V-cycle's coarse graphs (it matches across parts) do not depend on the start: a
+    # second thread builds them, handing the CSR over as soon as it is built, while the start is computed,
+    # rebalanced and refined here
+    graph = Handoff()
+    free_levels = Concurrent(_graph_and_hierarchy, graph, edge_index, n, ew, vw, num_parts, max(coarse_w, max_w), salt,
+                             unit)
+    if not free_levels.threaded:  # one CPU: the CSR first, the hierarchy when it is asked for
+        graph.put(_csr(edge_index, n, ew))
+    # the other tries build their own hierarchies now too and wait for the refined start
     handoff = Handoff()
-    others = [Concurrent(_first_cycle, indptr, indices, data, vw, handoff, num_parts, max_w, max(coarse_w, max_w),
+    others = [Concurrent(_first_cycle, graph, vw, handoff, num_parts, max_w, max(coarse_w, max_w),
                          salt + k * _TRY_SALT, unit) for k in range(1, int(tries))]
     try:
         initial = _start_array(assignment if start is None else start(), n, num_parts)
+        indptr, indices, data = _received(graph)
         assign = initial.copy()
         cands = K.boundary_candidates(indptr, indices, assign)
         balanced = K.rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, -1, *cands, *_NO_QUOTIENT)
@@ -328,14 +340,39 @@ def multilevel_refine(
     return best.astype(np.int64, copy=False)
 
 
-def _first_cycle(indptr, indices, data, vw, handoff, num_parts, max_w, coarse_w, salt, unit=False):
-    """One more try of the first V-cycle (see ``tries``): its own hierarchy, then, from the refined start
-    that ``handoff`` brings, one uncoarsening -> ``(parts, cut)`` as :func:`_v_cycle`; None if the start is."""
-    built = _hierarchy(indptr, indices, data, vw, None, num_parts, coarse_w, salt, unit)
+def _graph_and_hierarchy(graph, edge_index, n, ew, vw, num_parts, coarse_w, salt, unit):
+    """The CSR of ``edge_index`` (put on the :class:`~meshshard.partitioners._concurrent.Handoff` ``graph`` for
+    the caller and the other tries, unless the caller put it already), then the first V-cycle's
+    :func:`_hierarchy` of it (matched across parts)."""
+    if not graph.ready():
+        try:
+            graph.put(_csr(edge_index, n, ew))
+        except BaseException as err:  # the caller waiting for the CSR raises it
+            graph.put(err)
+            raise
+    return _hierarchy(*_received(graph), vw, None, num_parts, coarse_w, salt, unit)
+
+
+def _received(graph):
+    """The CSR ``(indptr, indices, data)`` that ``graph`` brings, waiting for it; an error building it is raised."""
+    got = graph.get()
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+def _first_cycle(graph, vw, handoff, num_parts, max_w, coarse_w, salt, unit=False):
+    """One more try of the first V-cycle (see ``tries``): its own hierarchy of the CSR that ``graph`` brings, then,
+    from the refined start that ``handoff`` brings, one uncoarsening -> ``(parts, cut)`` as :func:`_v_cycle`; None
+    if the start (or the CSR) is."""
+    got = graph.get()
+    if isinstance(got, BaseException):
+        return None
+    built = _hierarchy(*got, vw, None, num_parts, coarse_w, salt, unit)
     assign = handoff.get()
     if assign is None:
         return None
-    return _v_cycle(indptr, indices, data, vw, assign.copy(), num_parts, max_w, coarse_w, salt, free=True, built=built)
+    return _v_cycle(*got, vw, assign.copy(), num_parts, max_w, coarse_w, salt, free=True, built=built)
 
 
 def _start_array(assignment, n: int, num_parts: int) -> np.ndarray:

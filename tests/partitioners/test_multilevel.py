@@ -145,6 +145,36 @@ def test_a_start_computed_beside_the_coarsening_gives_the_same_parts(data_dir, m
     assert beside.dtype == np.int64 and multilevel_refine(plain.astype(np.int32), 5, ei, seed=2).dtype == np.int64
 
 
+def test_the_csr_is_built_beside_the_start_and_its_errors_reach_the_caller(data_dir, monkeypatch):
+    # the second thread builds the CSR and hands it over while the start is computed; with one CPU the caller
+    # builds it first. Bad edges are an error either way (the kernels do not check bounds), and the tries
+    # waiting for the CSR stop.
+    from meshshard.partitioners import _concurrent
+
+    pts, ei = _mesh(data_dir, "naca0012_inviscid.su2")
+    n = pts.shape[0]
+    plain = partition(pts, 4, "kdtree", refine=False).assignment.numpy()
+    out = {}
+    for threads in (True, False):
+        monkeypatch.setattr(_concurrent, "second_cpu", lambda: threads)
+        seen = []
+
+        def start():
+            seen.append(True)
+            return plain
+
+        out[threads] = multilevel_refine(start, 4, ei, num_nodes=n, tries=2)
+        assert seen
+        bad = ei.copy()
+        bad[1, 5] = n  # past the last node; not a CSR any more, so it would be built
+        with pytest.raises(ValueError, match=rf"node ids outside \[0, {n}\)"):
+            multilevel_refine(start, 4, bad, num_nodes=n, tries=2)
+        with pytest.raises(ValueError, match=r"edge_weights has shape \[3\]"):
+            multilevel_refine(plain, 4, ei, edge_weights=np.ones(3))
+        _refine_threads_finish()
+    assert np.array_equal(out[True], out[False])
+
+
 def _refine_threads_finish(timeout=30.0):
     import threading
 
