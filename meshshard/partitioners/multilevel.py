@@ -278,9 +278,9 @@ def multilevel_refine(
     # the CSR and the first V-cycle's coarse graphs (it matches across parts) do not depend on the start: a
     # second thread builds them, handing the CSR over as soon as it is built, while the start is computed,
     # rebalanced and refined here
-    graph = Handoff()
-    free_levels = Concurrent(_graph_and_hierarchy, graph, edge_index, n, ew, vw, num_parts, max(coarse_w, max_w), salt,
-                             unit)
+    graph, levels_ready = Handoff(), Handoff()
+    free_levels = Concurrent(_graph_and_hierarchy, graph, levels_ready, edge_index, n, ew, vw, num_parts, max_w,
+                             max(coarse_w, max_w), salt, unit)
     if not free_levels.threaded:  # one CPU: the CSR first, the hierarchy when it is asked for
         graph.put(_csr(edge_index, n, ew))
     # the other tries build their own hierarchies now too and wait for the refined start
@@ -320,7 +320,8 @@ def multilevel_refine(
     for cycle in range(max(1, int(cycles))):
         results = [_v_cycle(indptr, indices, data, vw, (refined if cycle == 0 else best).copy(), num_parts, max_w,
                             max(coarse_w, max_w), salt + 7 * cycle, free=free,
-                            built=free_levels.result() if cycle == 0 else None)]
+                            built=_hierarchy_from(free_levels, levels_ready) if cycle == 0 else None,
+                            bisected=free_levels.result if cycle == 0 else None)]
         if cycle == 0 and others:
             results = [min(results + [t.result() for t in others], key=lambda r: r[1])]  # the first of equal cuts
         if cycle == 0:
@@ -340,21 +341,38 @@ def multilevel_refine(
     return best.astype(np.int64, copy=False)
 
 
-def _graph_and_hierarchy(graph, edge_index, n, ew, vw, num_parts, coarse_w, salt, unit):
-    """The CSR of ``edge_index`` (put on the :class:`~meshshard.partitioners._concurrent.Handoff` ``graph`` for
-    the caller and the other tries, unless the caller put it already), then the first V-cycle's
-    :func:`_hierarchy` of it (matched across parts)."""
+def _graph_and_hierarchy(graph, levels_ready, edge_index, n, ew, vw, num_parts, max_w, coarse_w, salt, unit):
+    """The second thread's work, none of which depends on the start: the CSR of ``edge_index`` (put on the
+    :class:`~meshshard.partitioners._concurrent.Handoff` ``graph`` for the caller and the other tries, unless the
+    caller put it already), the first V-cycle's :func:`_hierarchy` of it (matched across parts; put on
+    ``levels_ready``), then -> the :func:`_bisection_try` of its coarsest level, made while the caller tries the
+    others (the arguments as :func:`_v_cycle` gets them)."""
     if not graph.ready():
         try:
             graph.put(_csr(edge_index, n, ew))
         except BaseException as err:  # the caller waiting for the CSR raises it
             graph.put(err)
             raise
-    return _hierarchy(*_received(graph), vw, None, num_parts, coarse_w, salt, unit)
+    try:
+        built = _hierarchy(*_received(graph), vw, None, num_parts, coarse_w, salt, unit)
+    except BaseException as err:
+        levels_ready.put(err)
+        raise
+    levels_ready.put(built)
+    levels, g, _ = built
+    return _bisection_try(g, num_parts, max_w + (coarse_w - max_w) * (len(levels) > 0), float(vw.sum()),
+                          salt + len(levels))
+
+
+def _hierarchy_from(free_levels, levels_ready):
+    """The first V-cycle's hierarchy, made by :func:`_graph_and_hierarchy` (on its thread, or now with one CPU)."""
+    if not free_levels.threaded:
+        free_levels.result()  # one CPU: the hierarchy and the bisection try are made now
+    return _received(levels_ready)
 
 
 def _received(graph):
-    """The CSR ``(indptr, indices, data)`` that ``graph`` brings, waiting for it; an error building it is raised."""
+    """What the Handoff ``graph`` brings (the CSR, the hierarchy), waiting for it; an error making it is raised."""
     got = graph.get()
     if isinstance(got, BaseException):
         raise got
@@ -441,49 +459,65 @@ def _repair(indptr, indices, data, vw, assign: np.ndarray, num_parts: int, max_w
     return forced
 
 
-def _coarsest(g, a, num_parts, bound, total, salt, grow, bisect=False):
+def _coarsest(g, a, num_parts, bound, total, salt, grow, bisect=False, bisected=None):
     """Refine the coarsest level's parts ``a``; with ``grow``, also parts regrown by greedy graph growing
     (:func:`~meshshard.partitioners._refine_numba.grow_parts`) from ``a`` and then from the best result so far
     (with ``bisect``, the second regrow gives way to recursive bisection of the graph,
-    :func:`~meshshard.partitioners._bisect_numba.bisect_parts`), and, if every try left a part in pieces, the
+    :func:`~meshshard.partitioners._bisect_numba.bisect_parts`; ``bisected``, a function of no arguments, may
+    bring that try made beforehand by :func:`_bisection_try`), and, if every try left a part in pieces, the
     best try with all its pieces merged into neighbours and rebalanced (on the gmsh vessel, hilbert's tries all
     kept a part in two halves too heavy to merge within ``_REPAIR_SLACK``).
     Returns ``(parts, cands)`` (``cands``: its boundary candidates ``(listed, cand, count)``, see
     :func:`~meshshard.partitioners._refine_numba.boundary_candidates`) of the lowest cut within ``bound`` plus one
     node weight (coarse nodes are too heavy to balance exactly; the finer levels rebalance), of the tries whose
     parts are connected if any are (measured on the gmsh family, seeds 0-2: a hilbert start on the ~10k vessel
-    went from 1.18x METIS's cut to 0.95x, the mean from 1.019x to 1.013x)."""
-    limit = bound + float(g[3].max())
-    stall = max(_STALL // 2, (g[0].shape[0] - 1) // _COARSEST_STALL_DIV)
+    went from 1.18x METIS's cut to 0.95x, the mean from 1.019x to 1.013x); the first of equal tries."""
+    limit = bound + float(g[3].max()) if grow else np.inf
     best = None  # (key, parts, cands)
-    tries = 1 + _REGROWS if grow else 1
-    for attempt in range(tries + 1):
-        if attempt < tries:
-            if attempt == 0:
-                start = a.copy()
-            elif bisect and attempt == tries - 1:
-                start = bisect_parts(*g, num_parts, _BISECT_TRIES, salt)
-            else:
-                start = K.grow_parts(*g, a if attempt == 1 or best is None else best[1], num_parts, total / num_parts,
-                                     salt + 101 * attempt)
-            slack = _REPAIR_SLACK
-        elif grow and best is not None and best[0][0]:
-            start, slack = best[1].copy(), np.inf  # every try left a part in pieces: merge them all, then rebalance
+
+    def consider(tried):
+        nonlocal best
+        parts, cands, key = tried
+        if key is not None and (best is None or key < best[0]):
+            best = (key, parts, cands)
+
+    consider(_coarsest_try(g, a.copy(), num_parts, bound, total, salt, _REPAIR_SLACK, limit))
+    if grow:
+        consider(_coarsest_try(g, K.grow_parts(*g, a, num_parts, total / num_parts, salt + 101), num_parts, bound,
+                               total, salt, _REPAIR_SLACK, limit))
+        if bisect:
+            consider(bisected() if bisected is not None else _bisection_try(g, num_parts, bound, total, salt))
         else:
-            break
-        K.repair_components(*g, start, num_parts, slack * total / num_parts)
-        cands = K.boundary_candidates(*g[:2], start)
-        K.rebalance(*g, start, num_parts, bound, salt, -1, *cands, *_NO_QUOTIENT)
-        cut = K.fm_refine(*g, start, num_parts, bound, _COARSEST_PASSES, stall, _MIN_GAIN, salt, *cands)
-        if not grow or np.bincount(start, weights=g[3], minlength=num_parts).max() <= limit:
-            # a part in pieces here stays in pieces (FM moves nodes, not pieces): connected parts come first
-            key = (K.label_components(g[0], g[1], start)[1] > num_parts, cut)
-            if best is None or key < best[0]:
-                best = (key, start, cands)
+            consider(_coarsest_try(g, K.grow_parts(*g, a if best is None else best[1], num_parts, total / num_parts,
+                                                   salt + 202), num_parts, bound, total, salt, _REPAIR_SLACK, limit))
+        if best is not None and best[0][0]:  # every try left a part in pieces: merge them all, then rebalance
+            consider(_coarsest_try(g, best[1].copy(), num_parts, bound, total, salt, np.inf, limit))
     if best is None:  # no try within the limit: the finer levels rebalance the start's
         start = a.copy()
         return start, K.boundary_candidates(*g[:2], start)
     return best[1], best[2]
+
+
+def _coarsest_try(g, start, num_parts, bound, total, salt, slack, limit):
+    """One try of :func:`_coarsest` from the parts ``start`` (modified): pieces merged into neighbours up to
+    ``slack`` x the mean part weight, rebalanced to ``bound``, FM passes -> ``(parts, cands, key)``; ``key``
+    ``(in pieces, cut)`` orders the tries (a part in pieces here stays in pieces: FM moves nodes, not pieces, so
+    connected parts come first), None when a part ends above ``limit``."""
+    K.repair_components(*g, start, num_parts, slack * total / num_parts)
+    cands = K.boundary_candidates(*g[:2], start)
+    K.rebalance(*g, start, num_parts, bound, salt, -1, *cands, *_NO_QUOTIENT)
+    stall = max(_STALL // 2, (g[0].shape[0] - 1) // _COARSEST_STALL_DIV)
+    cut = K.fm_refine(*g, start, num_parts, bound, _COARSEST_PASSES, stall, _MIN_GAIN, salt, *cands)
+    if np.bincount(start, weights=g[3], minlength=num_parts).max() > limit:
+        return start, cands, None
+    return start, cands, (K.label_components(g[0], g[1], start)[1] > num_parts, cut)
+
+
+def _bisection_try(g, num_parts, bound, total, salt):
+    """The try of :func:`_coarsest` that starts from a recursive bisection of the coarsest graph ``g``: it does not
+    depend on the start, so the hierarchy's thread makes it while the caller tries the others."""
+    return _coarsest_try(g, bisect_parts(*g, num_parts, _BISECT_TRIES, salt), num_parts, bound, total, salt,
+                         _REPAIR_SLACK, bound + float(g[3].max()))
 
 
 def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt):
@@ -501,14 +535,16 @@ def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w
     return a, cands[0], cut
 
 
-def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt, free, built=None):
+def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt, free, built=None, bisected=None):
     """One V-cycle from a partition within ``max_w`` -> ``(parts within max_w, their cut)``; ``(assign, inf)``
     when it ends above the bound.
 
     ``free``: match across parts too (as METIS coarsens) and start the coarsest level from each
     cluster's majority part of ``assign``, regrown parts and a recursive bisection (see
     :func:`_coarsest`); else match inside parts only, so the coarsest level starts from ``assign``
-    itself. ``built`` (free only): the result of :func:`_hierarchy` for these arguments, made beforehand.
+    itself. ``built`` (free only): the result of :func:`_hierarchy` for these arguments, made beforehand;
+    ``bisected``: a function of no arguments that brings the coarsest level's bisection try, made beforehand too
+    (see :func:`_coarsest`).
     """
     total = float(vw.sum())
     levels, g, a = built if built is not None else _hierarchy(indptr, indices, data, vw, None if free else assign,
@@ -519,7 +555,7 @@ def _v_cycle(indptr, indices, data, vw, assign, num_parts, max_w, coarse_w, salt
         if np.unique(a).shape[0] < num_parts:  # a part lost every cluster: this start cannot help
             return assign, np.inf
     a, (listed, cand, count) = _coarsest(g, a, num_parts, max_w + (coarse_w - max_w) * (top > 0), total, salt + top,
-                                         grow=free, bisect=free)
+                                         grow=free, bisect=free, bisected=bisected)
     cut = K.cut_weight(indptr, indices, data, a) if top == 0 else np.inf
     # the parts' adjacency at the coarsest level guides rebalancing on every finer one (it costs a scan
     # of the boundary per level otherwise; moves seldom join new parts)
