@@ -46,14 +46,13 @@ those are short, and the threads competed.
 
 ``tries > 1`` runs more first V-cycles, each on its own hierarchy with its own salt, on threads beside the
 first (each waits for the refined start through a :class:`~meshshard.partitioners._concurrent.Handoff`),
-and keeps the lowest cut. The figures that follow were measured when a V-cycle still uncoarsened twice from
-the start's majority parts (see the comment in :func:`multilevel_refine`). The refined cut is a draw: the same algorithm with only the matching's salt moved
+and keeps the lowest cut. The refined cut is a draw: the same algorithm with only the matching's salt moved
 (three offsets, saved gmsh family, kdtree / hilbert / morton x seeds 0-5, 252 runs each) gave a mean cut /
-METIS's of 0.980-0.987 and 1-10 runs above 1.15x, where the shipped salts give 0.978 and 5. Two tries, each
-uncoarsening once, gave 0.960-0.966 and 0-2 runs above 1.15x over four salt offsets. A second try sharing
-the first's hierarchy was not enough (0.962-0.971, up to 5 runs above 1.15x): the draws need their own
-matchings. Cheaper tries (FM stall n / 200, 4 passes, 4 bisection seeds) cost the gain (0.990-0.993) for
-about the time of ``tries=1``.
+METIS's of 0.980-0.987 and 1-10 runs above 1.15x (measured when a V-cycle still uncoarsened twice; a second
+try sharing the first's hierarchy was not enough then: the draws need their own matchings). With two tries
+(``bench_partition.py --only tries``, 2 shared cores, ~10k and ~100k family meshes, seeds 0-5): kdtree's mean
+cut / METIS's 0.9418 against 0.9537, hilbert's 0.9550 against 0.9764, no run above 1.15x against 1 and 2 of
+84, for 1.32x and 1.43x the time.
 """
 from __future__ import annotations
 
@@ -216,10 +215,10 @@ def multilevel_refine(
     """Refine ``assignment`` on a hierarchy of coarsened graphs (see the module docstring).
 
     Args:
-        assignment: int ``[N]`` part ids (not modified), or a function of no arguments that returns
-            them (then give ``num_nodes``): it runs while a second thread builds the first V-cycle's
-            coarse graphs, which do not depend on the start (with one usable CPU, or
-            ``MESHSHARD_THREADS=1``, one after the other on the calling thread; same result).
+        assignment: int ``[N]`` part ids in ``[0, P)`` (not modified), or a function of no arguments
+            that returns them (then give ``num_nodes``): it runs while a second thread builds the CSR
+            and the first V-cycle's coarse graphs, which do not depend on the start (with one usable
+            CPU, or ``MESHSHARD_THREADS=1``, one after the other on the calling thread; same result).
         num_parts: number of parts ``P``.
         edge_index: int64 ``[2, E]`` graph, one or both directions.
         weights: optional float64 ``[N]`` node weights.
@@ -232,8 +231,8 @@ def multilevel_refine(
             ``imbalance + 0.09``: clusters may then grow to 4.5% of a part, so coarsening goes deep
             enough for moves across thin layers); the finer levels rebalance to ``imbalance``.
         cycles: at most this many V-cycles (default 1), each from the best result so far with a
-            new matching: the first matches across parts (and uncoarsens twice), the others inside
-            parts, each only while the one before lowered the cut.
+            new matching: the first matches across parts, the others inside parts, each only while
+            the one before lowered the cut.
         seed: varies the matching and the tie-breaks; the same input and seed give the same result.
         repair: merge the disconnected pieces of parts into neighbouring parts, rebalancing
             when they do not fit (see the module docstring); a part stays split only where the
@@ -241,15 +240,12 @@ def multilevel_refine(
             cost more than 10% more cut.
         num_nodes: ``N``, required when ``assignment`` is a function.
         tries: independent first V-cycles, each matching its own hierarchy with its own salt; the
-            lowest cut is kept (the ties: the first). With ``tries=1`` (default) the one V-cycle
-            uncoarsens twice, the second time from the majority parts of the first; with more, each
-            uncoarsens once. The tries after the first run on threads beside it (their result does
-            not depend on the threads). Measured on 2 shared cores, kdtree and hilbert on the gmsh
-            family: ``tries=2`` took 1.07-1.17x the time of ``tries=1`` (alternating runs, sums over the
-            ~10k and the ~100k meshes, and ``bench_partition.py --only tries``), 1.72-1.74x with
-            ``MESHSHARD_THREADS=1`` (~10k); it lowered the mean cut / METIS's from 0.978-0.987 to
-            0.960-0.966 and the runs above 1.15x from 1-10 to 0-2 of 252 (four salt offsets, see the
-            module docstring).
+            lowest cut is kept (the ties: the first). The tries after the first run on threads beside
+            it (their result does not depend on the threads). Measured on 2 shared cores, kdtree and
+            hilbert on the gmsh family at ~10k and ~100k nodes, seeds 0-5 (``bench_partition.py --only
+            tries``): ``tries=2`` took 1.32x and 1.43x the time of ``tries=1`` and lowered the mean cut /
+            METIS's from 0.954 to 0.942 (kdtree) and from 0.976 to 0.955 (hilbert), the runs above 1.15x
+            from 1 and 2 of 84 to none.
 
     Returns:
         int64 ``[N]`` refined part ids; parts stay non-empty.

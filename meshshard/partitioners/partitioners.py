@@ -48,14 +48,16 @@ class BasePartitioner:
             default :data:`DEFAULT_IMBALANCE` (1.01).
         seed: tie-break / METIS seed; the same input and seed give the same partition.
         refine: geometric methods only: when an ``edge_index`` is given, move boundary nodes to
-            lower the edge cut (default True): compiled k-way Fiduccia-Mattheyses passes on a
-            hierarchy of coarsened graphs, then merging of parts' disconnected pieces
+            lower the edge cut (default True): compiled k-way Fiduccia-Mattheyses passes on the
+            geometric partition and on a hierarchy of coarsened graphs, the lower cut kept, then
+            merging of parts' disconnected pieces
             (:func:`~meshshard.partitioners.multilevel.multilevel_refine`). With two usable CPUs the
-            first coarse graphs are built on a second thread while the geometric start is computed
-            (the environment variable ``MESHSHARD_THREADS=1`` keeps one thread; same result).
+            graph and its coarse graphs are built on a second thread while the geometric start is
+            computed and refined (the environment variable ``MESHSHARD_THREADS=1`` keeps one thread;
+            same result).
         refine_tries: independent V-cycles of the refinement, the lowest cut kept (default 1; see
             ``tries`` of :func:`~meshshard.partitioners.multilevel.multilevel_refine`): 2 gives a lower
-            and steadier cut for 1.07-1.17x the time with two CPUs, ~1.7x with one.
+            and steadier cut for 1.3-1.4x the time with two CPUs.
     """
 
     name = ""
