@@ -274,13 +274,12 @@ def multilevel_refine(
     # the CSR and the first V-cycle's coarse graphs (it matches across parts) do not depend on the start: a
     # second thread builds them, handing the CSR over as soon as it is built, while the start is computed,
     # rebalanced and refined here
-    graph, levels_ready = Handoff(), Handoff()
-    free_levels = Concurrent(_graph_and_hierarchy, graph, levels_ready, edge_index, n, ew, vw, num_parts, max_w,
-                             max(coarse_w, max_w), salt, unit)
+    graph, levels_ready, bisected, handoff, whole = Handoff(), Handoff(), Handoff(), Handoff(), Handoff()
+    free_levels = Concurrent(_graph_and_hierarchy, graph, levels_ready, bisected, whole, edge_index, n, ew, vw,
+                             num_parts, max_w, max(coarse_w, max_w), salt, unit)
     if not free_levels.threaded:  # one CPU: the CSR first, the hierarchy when it is asked for
         graph.put(_csr(edge_index, n, ew))
-    # the other tries build their own hierarchies now too and wait for the refined start
-    handoff = Handoff()
+    # the other tries build their own hierarchies now too and wait for the refined start (on ``handoff``)
     others = [Concurrent(_first_cycle, graph, vw, handoff, num_parts, max_w, max(coarse_w, max_w),
                          salt + k * _TRY_SALT, unit) for k in range(1, int(tries))]
     try:
@@ -304,20 +303,23 @@ def multilevel_refine(
                                       _stall(n), _MIN_GAIN, salt + 3, *cands)
     except BaseException:
         handoff.put(None)  # the tries' threads stop instead of waiting
+        whole.put(None)
         raise
     if not balanced:
         handoff.put(None)
+        whole.put(None)
         assign = initial  # keep the input's balance, refine within it
         K.fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, _PASSES, _stall(n), _MIN_GAIN, salt,
                     *K.boundary_candidates(indptr, indices, assign))
         return assign.astype(np.int64)
     handoff.put(refined.copy())  # each try copies it again: no write reaches another
+    whole.put(refined if repair and free_levels.threaded else None)  # it reads the refined start, never writes
     free = True
     for cycle in range(max(1, int(cycles))):
         results = [_v_cycle(indptr, indices, data, vw, (refined if cycle == 0 else best).copy(), num_parts, max_w,
                             max(coarse_w, max_w), salt + 7 * cycle, free=free,
                             built=_hierarchy_from(free_levels, levels_ready) if cycle == 0 else None,
-                            bisected=free_levels.result if cycle == 0 else None)]
+                            bisected=(lambda: _received(bisected)) if cycle == 0 else None)]
         if cycle == 0 and others:
             results = [min(results + [t.result() for t in others], key=lambda r: r[1])]  # the first of equal cuts
         if cycle == 0:
@@ -332,17 +334,22 @@ def multilevel_refine(
         if not (free or improved):
             break
         free = False
-    if repair:
+    # the second thread checked whether every part of the refined start is in one piece: if it won, repairing
+    # it changes nothing
+    if repair and not (best is refined and free_levels.threaded and free_levels.result()):
         best = _repair(indptr, indices, data, vw, best, num_parts, max_w, salt + 5)
     return best.astype(np.int64, copy=False)
 
 
-def _graph_and_hierarchy(graph, levels_ready, edge_index, n, ew, vw, num_parts, max_w, coarse_w, salt, unit):
-    """The second thread's work, none of which depends on the start: the CSR of ``edge_index`` (put on the
+def _graph_and_hierarchy(graph, levels_ready, bisected, refined, edge_index, n, ew, vw, num_parts, max_w, coarse_w,
+                         salt, unit):
+    """The second thread's work, none of which the start decides: the CSR of ``edge_index`` (put on the
     :class:`~meshshard.partitioners._concurrent.Handoff` ``graph`` for the caller and the other tries, unless the
     caller put it already), the first V-cycle's :func:`_hierarchy` of it (matched across parts; put on
-    ``levels_ready``), then -> the :func:`_bisection_try` of its coarsest level, made while the caller tries the
-    others (the arguments as :func:`_v_cycle` gets them)."""
+    ``levels_ready``), the :func:`_bisection_try` of its coarsest level (put on ``bisected``: the caller makes
+    the other tries meanwhile; the arguments as :func:`_v_cycle` gets them), then, while the caller uncoarsens,
+    -> whether every part of the refined start that the Handoff ``refined`` brings is in one piece (False when
+    it brings None): if that start wins, repairing it changes nothing."""
     if not graph.ready():
         try:
             graph.put(_csr(edge_index, n, ew))
@@ -356,8 +363,18 @@ def _graph_and_hierarchy(graph, levels_ready, edge_index, n, ew, vw, num_parts, 
         raise
     levels_ready.put(built)
     levels, g, _ = built
-    return _bisection_try(g, num_parts, max_w + (coarse_w - max_w) * (len(levels) > 0), float(vw.sum()),
-                          salt + len(levels))
+    try:
+        tried = _bisection_try(g, num_parts, max_w + (coarse_w - max_w) * (len(levels) > 0), float(vw.sum()),
+                               salt + len(levels))
+    except BaseException as err:
+        bisected.put(err)
+        raise
+    bisected.put(tried)
+    start = refined.get()
+    if start is None:
+        return False
+    indptr, indices, _ = _received(graph)
+    return K.label_components(indptr, indices, start)[1] == num_parts  # parts never empty: one piece each
 
 
 def _hierarchy_from(free_levels, levels_ready):

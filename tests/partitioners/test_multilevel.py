@@ -280,6 +280,27 @@ def test_the_refined_start_seeds_the_v_cycle_and_competes_with_it(data_dir, monk
     else:
         assert len(seen) == 1
     assert np.array_equal(out, other if v_cycle == "lower" else fm)
+    # the second thread checks that the refined start's parts are whole while the caller uncoarsens: when that
+    # start wins, repairing it is skipped (it would change nothing); with one CPU it is repaired as before
+    from meshshard.partitioners import _concurrent
+
+    assert K.label_components(indptr, indices, fm.astype(np.int32))[1] == 4  # whole parts
+    real_repair, repaired = ML._repair, []
+    monkeypatch.setattr(ML, "_repair", lambda *a: repaired.append(True) or real_repair(*a))
+    for threads in (True, False):
+        monkeypatch.setattr(_concurrent, "second_cpu", lambda: threads)
+        repaired.clear()
+        got = multilevel_refine(plain, 4, ei)
+        if v_cycle != "lower":  # the refined start won: whole already
+            assert np.array_equal(got, fm)
+        assert len(repaired) == (0 if threads and v_cycle != "lower" else 1)
+    # a refined start in pieces is repaired when it wins
+    monkeypatch.setattr(_concurrent, "second_cpu", lambda: True)
+    real_label = ML.K.label_components
+    monkeypatch.setattr(ML.K, "label_components", lambda *a: (lambda lab, c: (lab, c + 1))(*real_label(*a)))
+    repaired.clear()
+    multilevel_refine(plain, 4, ei)
+    assert len(repaired) == 1
 
 
 def test_coarsest_level_prefers_connected_parts(monkeypatch):
