@@ -1,4 +1,7 @@
+import os
+import signal
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -58,3 +61,41 @@ def test_a_handoff_brings_the_callers_value_to_the_computation(monkeypatch, thre
     handoff.put(41)  # the thread, if any, waits until here
     value, where = job.result()
     assert value == 41 and where == ("meshshard-refine" if threaded else threading.current_thread().name)
+
+
+def test_workers_wait_for_the_next_computation_and_run_side_by_side(monkeypatch):
+    monkeypatch.setattr(_concurrent, "second_cpu", lambda: True)
+    first = Concurrent(threading.get_ident).result()
+    _wait_idle()
+    assert Concurrent(threading.get_ident).result() == first  # the idle worker took it: no new thread
+    gate = Handoff()
+    a = Concurrent(lambda: (gate.get(), threading.get_ident())[1])
+    b = Concurrent(threading.get_ident)  # a is busy waiting: b gets a worker of its own
+    assert b.result() != first or a._thread is not b._thread
+    gate.put(0)
+    assert a.result() != b.result()
+    _wait_idle()
+    assert _concurrent.busy_workers() == 0
+
+
+def _wait_idle(timeout=10.0):
+    end = time.monotonic() + timeout
+    while _concurrent.busy_workers() and time.monotonic() < end:
+        time.sleep(0.005)
+
+
+def test_a_forked_child_starts_its_own_workers(monkeypatch):
+    # the parent's worker threads do not exist in a forked child: handing it a computation must not hang
+    monkeypatch.setattr(_concurrent, "second_cpu", lambda: True)
+    assert Concurrent(np.add, 1, 1).result() == 2
+    _wait_idle()
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the computation ran, killed by the alarm if it hangs
+        code = 1
+        try:
+            signal.alarm(20)
+            code = 0 if Concurrent(np.add, 2, 3).result() == 5 else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -176,12 +176,14 @@ def test_the_csr_is_built_beside_the_start_and_its_errors_reach_the_caller(data_
 
 
 def _refine_threads_finish(timeout=30.0):
-    import threading
+    import time
 
-    for t in threading.enumerate():
-        if t.name == "meshshard-refine":
-            t.join(timeout)
-            assert not t.is_alive(), "a refinement thread is still waiting"
+    from meshshard.partitioners._concurrent import busy_workers
+
+    end = time.monotonic() + timeout
+    while busy_workers() and time.monotonic() < end:  # the workers go back to waiting for work when done
+        time.sleep(0.01)
+    assert busy_workers() == 0, "a refinement thread is still waiting"
 
 
 def test_more_tries_keep_the_lowest_cut_and_do_not_depend_on_threads(data_dir, monkeypatch):
