@@ -14,7 +14,7 @@ import queue
 import threading
 from typing import Any, Callable
 
-__all__ = ["Concurrent", "Handoff", "second_cpu", "busy_workers"]
+__all__ = ["Concurrent", "Handoff", "HelpedHandoff", "second_cpu", "busy_workers"]
 
 
 def second_cpu() -> bool:
@@ -147,3 +147,72 @@ class Handoff:
     def ready(self) -> bool:
         """Whether a value was put (:meth:`get` would not wait)."""
         return self._ready.is_set()
+
+
+class HelpedHandoff:
+    """A :class:`Handoff` whose waiter works meanwhile: the computation that will :meth:`put` the value may
+    :meth:`offer` pieces of its work on the way, which a caller waiting in :meth:`get` runs (two CPUs on one
+    computation); a piece nobody took, the computation takes back (:meth:`collect`) and runs itself.
+
+    The value and every piece's result are what they would be without help: only who runs a piece changes.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._put = False
+        self._value: Any = None
+        self._offered: list = []  # pieces not taken yet: [fn, args, state, value, error]
+        #: whether someone will wait in get() while the computation runs (set by the waiter; pieces are
+        #: worth offering only then)
+        self.waiter = False
+
+    def offer(self, fn: Callable[..., Any], *args: Any) -> list:
+        """Offer ``fn(*args)`` to a waiter; returns the piece for :meth:`collect`."""
+        piece = [fn, args, "offered", None, None]
+        with self._cond:
+            self._offered.append(piece)
+            self._cond.notify_all()
+        return piece
+
+    def collect(self, piece: list) -> Any:
+        """The result of an offered piece: run here if no waiter took it, else waited for."""
+        with self._cond:
+            if piece[2] == "offered":
+                self._offered.remove(piece)
+                piece[2] = "here"
+            else:
+                while piece[2] != "done":
+                    self._cond.wait()
+        if piece[2] == "here":
+            return piece[0](*piece[1])
+        if piece[4] is not None:
+            raise piece[4]
+        return piece[3]
+
+    def put(self, value: Any) -> None:
+        """Hand the value over (once) and wake the waiter."""
+        with self._cond:
+            self._value, self._put = value, True
+            self._cond.notify_all()
+
+    def ready(self) -> bool:
+        """Whether the value was put."""
+        return self._put
+
+    def get(self) -> Any:
+        """The value put, running the pieces offered until then."""
+        while True:
+            with self._cond:
+                while not self._put and not self._offered:
+                    self._cond.wait()
+                if self._put:
+                    return self._value
+                piece = self._offered.pop(0)
+                piece[2] = "running"
+            try:
+                piece[3] = piece[0](*piece[1])
+            except BaseException as err:  # raised again where the piece is collected
+                piece[4] = err
+            with self._cond:
+                piece[2] = "done"
+                self._cond.notify_all()

@@ -19,7 +19,7 @@ import math
 import numpy as np
 from numba import njit
 
-__all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "majority_parts", "contract", "boundary_candidates",
+__all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "majority_parts", "contract", "contract_range", "boundary_candidates",
            "project_candidates", "candidate_cut", "fm_refine", "quotient_graph", "rebalance", "label_components", "label_components_edges", "repair_components", "cut_weight", "grow_parts"]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
@@ -244,30 +244,18 @@ def majority_parts(to_coarse, fine, vw, num_coarse, num_parts):
     return out
 
 
-@njit(cache=True, nogil=True)  # multilevel coarsens on a second thread
-def contract(indptr, indices, data, vw, cmap, mate, nc):
-    """Coarse graph of a matching: summed node and edge weights, no self loops.
-
-    ``cmap`` ``[n]``: each node's coarse node, numbered in the order of each pair's first
-    node; ``mate`` ``[n]``: the node matched with each (itself when unmatched), as
-    :func:`match_in_parts` returns them. Pairs are read in node order, so the coarse rows are
-    written in order without sorting nodes by cluster. Returns ``(indptr, indices, data, vw)``
-    of the coarse graph (``indices`` and ``data`` may be views of larger buffers).
-    """
-    n = cmap.shape[0]
-    cvw = np.empty(nc)
-    c_indptr = np.zeros(nc + 1, dtype=np.int64)
-    c_indices = np.empty(indices.shape[0], dtype=indices.dtype)  # int32 stays int32
-    c_data = np.empty(indices.shape[0])
-    slot = np.full(nc, -1, dtype=np.int64)  # position of coarse neighbour in the current row
+@njit(cache=True, inline="always")
+def _contract_rows(indptr, indices, data, vw, cmap, mate, lo, hi, c_lo, cvw, c_indptr, c_indices, c_data, slot):
+    """Write the coarse rows of the pairs whose first node lies in ``[lo, hi)`` (coarse nodes from ``c_lo`` on) into
+    ``c_indptr[1:]`` (offsets), ``c_indices``, ``c_data`` and ``cvw``; returns the entries written."""
     pos = 0
-    for first in range(n):
+    for first in range(lo, hi):
         other = mate[first]
         if other < first:  # the pair's row was written at its first node
             continue
         c = cmap[first]
         row_start = pos
-        cvw[c] = vw[first] + (vw[other] if other != first else 0.0)
+        cvw[c - c_lo] = vw[first] + (vw[other] if other != first else 0.0)
         for k in range(2 if other != first else 1):
             u = first if k == 0 else other
             for e in range(indptr[u], indptr[u + 1]):
@@ -282,7 +270,54 @@ def contract(indptr, indices, data, vw, cmap, mate, nc):
                     c_indices[pos] = d
                     c_data[pos] = data[e]
                     pos += 1
-        c_indptr[c + 1] = pos
+        c_indptr[c - c_lo + 1] = pos
+    return pos
+
+
+@njit(cache=True, nogil=True)  # multilevel coarsens on a second thread
+def contract(indptr, indices, data, vw, cmap, mate, nc):
+    """Coarse graph of a matching: summed node and edge weights, no self loops.
+
+    ``cmap`` ``[n]``: each node's coarse node, numbered in the order of each pair's first
+    node; ``mate`` ``[n]``: the node matched with each (itself when unmatched), as
+    :func:`match_in_parts` returns them. Pairs are read in node order, so the coarse rows are
+    written in order without sorting nodes by cluster. Returns ``(indptr, indices, data, vw)``
+    of the coarse graph (``indices`` and ``data`` may be views of larger buffers).
+    """
+    cvw = np.empty(nc)
+    c_indptr = np.zeros(nc + 1, dtype=np.int64)
+    c_indices = np.empty(indices.shape[0], dtype=indices.dtype)  # int32 stays int32
+    c_data = np.empty(indices.shape[0])
+    slot = np.full(nc, -1, dtype=np.int64)  # position of coarse neighbour in the current row
+    pos = _contract_rows(indptr, indices, data, vw, cmap, mate, 0, cmap.shape[0], 0, cvw, c_indptr, c_indices, c_data,
+                         slot)
+    return c_indptr, c_indices[:pos], c_data[:pos], cvw
+
+
+@njit(cache=True, nogil=True)  # the caller contracts one range while a second thread contracts the other
+def contract_range(indptr, indices, data, vw, cmap, mate, nc, lo, hi):
+    """:func:`contract`'s rows of the pairs whose first node lies in ``[lo, hi)``: consecutive coarse nodes, so
+    the results of consecutive ranges concatenate to the whole coarse graph (``indptr`` of each range starts at 0).
+    """
+    c_lo, c_hi, cap = -1, 0, 0
+    for first in range(lo, hi):  # the range's coarse nodes and a bound on its entries
+        other = mate[first]
+        if other < first:
+            continue
+        if c_lo < 0:
+            c_lo = cmap[first]
+        c_hi = cmap[first] + 1
+        cap += indptr[first + 1] - indptr[first]
+        if other != first:
+            cap += indptr[other + 1] - indptr[other]
+    c_lo = max(c_lo, 0)
+    m = max(c_hi - c_lo, 0)
+    cvw = np.empty(m)
+    c_indptr = np.zeros(m + 1, dtype=np.int64)
+    c_indices = np.empty(cap, dtype=indices.dtype)
+    c_data = np.empty(cap)
+    slot = np.full(nc, -1, dtype=np.int64)
+    pos = _contract_rows(indptr, indices, data, vw, cmap, mate, lo, hi, c_lo, cvw, c_indptr, c_indices, c_data, slot)
     return c_indptr, c_indices[:pos], c_data[:pos], cvw
 
 

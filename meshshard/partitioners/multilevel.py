@@ -62,7 +62,7 @@ import numpy as np
 
 from meshshard.partitioners import _refine_numba as K
 from meshshard.partitioners._bisect_numba import bisect_parts
-from meshshard.partitioners._concurrent import Concurrent, Handoff
+from meshshard.partitioners._concurrent import Concurrent, Handoff, HelpedHandoff
 from meshshard.partitioners._graph import csr_view
 
 __all__ = ["multilevel_refine", "part_components"]
@@ -82,6 +82,8 @@ _PASSES, _MIN_GAIN = 8, 1e-3
 #: morton x seeds 0-2: 4 and 2 passes raised the mean refined cut / METIS's from 0.9685 to 0.9705 and 0.9712 for
 #: 2-3% less time in sum; they run beside the coarsening, which takes longer)
 _START_PASSES = 8
+#: a level with at least this many CSR entries is contracted in two halves when a second thread waits (_contract)
+_SPLIT_NNZ = 100_000
 #: part ids inside the refinement (the result is int64): FM and rebalancing read a neighbour's part per edge
 #: (measured on the gmsh family at ~10k and ~100k, kdtree and hilbert, alternating with int64 in one process:
 #: 0.94x the time in sum over the meshes, the same partitions)
@@ -274,11 +276,12 @@ def multilevel_refine(
     # the CSR and the first V-cycle's coarse graphs (it matches across parts) do not depend on the start: a
     # second thread builds them, handing the CSR over as soon as it is built, while the start is computed,
     # rebalanced and refined here
-    graph, levels_ready, bisected, handoff, whole = Handoff(), Handoff(), Handoff(), Handoff(), Handoff()
+    graph, levels_ready, bisected, handoff, whole = Handoff(), HelpedHandoff(), Handoff(), Handoff(), Handoff()
     free_levels = Concurrent(_graph_and_hierarchy, graph, levels_ready, bisected, whole, edge_index, n, ew, vw,
                              num_parts, max_w, max(coarse_w, max_w), salt, unit)
     if not free_levels.threaded:  # one CPU: the CSR first, the hierarchy when it is asked for
         graph.put(_csr(edge_index, n, ew))
+    levels_ready.waiter = free_levels.threaded  # this thread then helps with the coarsening when done with the start
     # the other tries build their own hierarchies now too and wait for the refined start (on ``handoff``)
     others = [Concurrent(_first_cycle, graph, vw, handoff, num_parts, max_w, max(coarse_w, max_w),
                          salt + k * _TRY_SALT, unit) for k in range(1, int(tries))]
@@ -357,7 +360,7 @@ def _graph_and_hierarchy(graph, levels_ready, bisected, refined, edge_index, n, 
             graph.put(err)
             raise
     try:
-        built = _hierarchy(*_received(graph), vw, None, num_parts, coarse_w, salt, unit)
+        built = _hierarchy(*_received(graph), vw, None, num_parts, coarse_w, salt, unit, levels_ready)
     except BaseException as err:
         levels_ready.put(err)
         raise
@@ -418,12 +421,15 @@ def _start_array(assignment, n: int, num_parts: int) -> np.ndarray:
     return assign.astype(_PART_DTYPE, copy=False)
 
 
-def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float, salt: int, unit: bool = False):
+def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float, salt: int, unit: bool = False,
+               helper=None):
     """Match and contract the graph until it has at most ``_COARSE_NODES_PER_PART * num_parts`` nodes or
     stops shrinking -> ``(levels, coarsest graph, its parts)``; ``levels[i] = (cluster map, graph)`` of
     level ``i``. ``parts``: match inside these parts, or None to match across parts (the first V-cycle's
     hierarchy, which therefore does not depend on the start). ``unit``: every node and edge of the graph
-    weighs 1 (the finest level's matching then reads no weights)."""
+    weighs 1 (the finest level's matching then reads no weights). ``helper``: a
+    :class:`~meshshard.partitioners._concurrent.HelpedHandoff` whose waiter may contract half of a large level
+    (see :func:`_contract`)."""
     coarsest = _COARSE_NODES_PER_PART * num_parts
     total = float(vw.sum())
     # a cluster must fit in the room the coarse bound leaves above the mean, or it could never move
@@ -441,9 +447,24 @@ def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float
             ca = np.empty(nc, dtype=a.dtype)
             ca[cmap] = a
             a = ca
-        g = K.contract(*g, cmap, mate, nc)
+        g = _contract(g, cmap, mate, nc, helper)
         depth += 1
     return levels, g, a if a.shape[0] else np.zeros(g[0].shape[0] - 1, dtype=_PART_DTYPE)
+
+
+def _contract(g, cmap, mate, nc, helper=None):
+    """:func:`~meshshard.partitioners._refine_numba.contract` of the graph ``g``; with a ``helper``
+    (:class:`~meshshard.partitioners._concurrent.HelpedHandoff`) and at least ``_SPLIT_NNZ`` entries, the second half
+    of the rows is offered to the thread waiting for the hierarchy (it idles there while the coarsening, longer
+    than its own work, goes on; its half is taken back if it is still busy), the same graph either way."""
+    n = cmap.shape[0]
+    if helper is None or not helper.waiter or g[1].shape[0] < _SPLIT_NNZ:
+        return K.contract(*g, cmap, mate, nc)
+    piece = helper.offer(K.contract_range, *g, cmap, mate, nc, n // 2, n)
+    first = K.contract_range(*g, cmap, mate, nc, 0, n // 2)
+    second = helper.collect(piece)
+    return (np.concatenate((first[0], second[0][1:] + first[0][-1])), np.concatenate((first[1], second[1])),
+            np.concatenate((first[2], second[2])), np.concatenate((first[3], second[3])))
 
 
 def _repair(indptr, indices, data, vw, assign: np.ndarray, num_parts: int, max_w: float, salt: int) -> np.ndarray:

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from meshshard.partitioners import _concurrent
-from meshshard.partitioners._concurrent import Concurrent, Handoff, second_cpu
+from meshshard.partitioners._concurrent import Concurrent, Handoff, HelpedHandoff, second_cpu
 
 
 def _which_thread():
@@ -99,3 +99,39 @@ def test_a_forked_child_starts_its_own_workers(monkeypatch):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_a_waiter_runs_the_pieces_offered_before_the_value():
+    # the computation offers two pieces and waits until they ran before collecting them, so only the caller,
+    # waiting in get(), can have run them; an error in a piece is raised where it is collected
+    helped = HelpedHandoff()
+    ran = [Handoff(), Handoff()]
+
+    def fails():
+        ran[1].put(True)
+        raise ZeroDivisionError
+
+    def computation():
+        first = helped.offer(lambda: ran[0].put(True) or _which_thread())
+        second = helped.offer(fails)
+        ran[0].get(), ran[1].get()
+        got = [helped.collect(first)]
+        try:
+            helped.collect(second)
+        except ZeroDivisionError:
+            got.append("raised")
+        helped.put((_which_thread(), got))
+
+    job = threading.Thread(target=computation, name="producer")
+    job.start()
+    mine, got = helped.get()
+    job.join(10)
+    assert mine == "producer" and got == [threading.current_thread().name, "raised"]
+
+
+def test_a_piece_nobody_takes_runs_where_it_is_collected():
+    helped = HelpedHandoff()
+    piece = helped.offer(_which_thread)
+    assert helped.collect(piece) == threading.current_thread().name
+    helped.put(7)
+    assert helped.ready() and helped.get() == 7

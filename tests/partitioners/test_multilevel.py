@@ -145,6 +145,46 @@ def test_a_start_computed_beside_the_coarsening_gives_the_same_parts(data_dir, m
     assert beside.dtype == np.int64 and multilevel_refine(plain.astype(np.int32), 5, ei, seed=2).dtype == np.int64
 
 
+def test_a_waiting_caller_contracts_half_of_a_large_level(data_dir, monkeypatch):
+    # the hierarchy's thread offers the second half of each large contraction to the caller waiting for it:
+    # the levels must be the very ones built alone, and the caller must have run pieces
+    import threading
+
+    import meshshard.partitioners.multilevel as ML
+    from meshshard.partitioners._concurrent import HelpedHandoff
+
+    pts, ei = _mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    n = pts.shape[0]
+    indptr, indices, data = _csr(ei, n, None)
+    vw = np.ones(n)
+    alone = ML._hierarchy(indptr, indices, data, vw, None, 5, 1.1 * n / 5, 3, True)
+    monkeypatch.setattr(ML, "_SPLIT_NNZ", 1000)
+    ran_by, caller_ran = [], threading.Event()
+    real_range = ML.K.contract_range
+
+    def spy(*a):
+        ran_by.append(threading.current_thread().name)
+        if threading.current_thread().name == "coarsening":
+            caller_ran.wait(10)  # the first half waits for the caller to take the second: it always helps once
+        else:
+            caller_ran.set()
+        return real_range(*a)
+
+    monkeypatch.setattr(ML.K, "contract_range", spy)
+    helped = HelpedHandoff()
+    helped.waiter = True
+    worker = threading.Thread(target=lambda: helped.put(ML._hierarchy(indptr, indices, data, vw, None, 5, 1.1 * n / 5, 3,
+                                                                        True, helped)), name="coarsening")
+    worker.start()
+    shared = helped.get()
+    worker.join(30)
+    assert threading.current_thread().name in ran_by and "coarsening" in ran_by
+    (la, ga, aa), (ls, gs, as_) = alone, shared
+    assert len(la) == len(ls) and all(np.array_equal(x, y) for x, y in zip(ga, gs)) and np.array_equal(aa, as_)
+    for (ca, ga_), (cs, gs_) in zip(la, ls):
+        assert np.array_equal(ca, cs) and all(np.array_equal(x, y) for x, y in zip(ga_, gs_))
+
+
 def test_the_csr_is_built_beside_the_start_and_its_errors_reach_the_caller(data_dir, monkeypatch):
     # the second thread builds the CSR and hands it over while the start is computed; with one CPU the caller
     # builds it first. Bad edges are an error either way (the kernels do not check bounds), and the tries
