@@ -14,7 +14,7 @@ import queue
 import threading
 from typing import Any, Callable
 
-__all__ = ["Concurrent", "Handoff", "HelpedHandoff", "second_cpu", "busy_workers"]
+__all__ = ["Concurrent", "Handoff", "HelpedHandoff", "deliver", "second_cpu", "busy_workers"]
 
 
 def second_cpu() -> bool:
@@ -124,95 +124,127 @@ class Concurrent:
 
 
 class Handoff:
-    """A value the caller puts once and a :class:`Concurrent` computation waits for (:meth:`get`).
+    """A value put once and waited for (:meth:`get`), between the caller and a :class:`Concurrent` computation.
 
-    Put it on every path, errors included (put ``None``): a thread waiting in :meth:`get` would otherwise wait
-    forever. With no thread the computation runs when its result is asked for, after the put.
-    """
-
-    def __init__(self) -> None:
-        self._ready = threading.Event()
-        self._value: Any = None
-
-    def put(self, value: Any) -> None:
-        """Hand ``value`` over (once) and wake whoever waits in :meth:`get`."""
-        self._value = value
-        self._ready.set()
-
-    def get(self) -> Any:
-        """The value put, waiting for it."""
-        self._ready.wait()
-        return self._value
-
-    def ready(self) -> bool:
-        """Whether a value was put (:meth:`get` would not wait)."""
-        return self._ready.is_set()
-
-
-class HelpedHandoff:
-    """A :class:`Handoff` whose waiter works meanwhile: the computation that will :meth:`put` the value may
-    :meth:`offer` pieces of its work on the way, which a caller waiting in :meth:`get` runs (two CPUs on one
-    computation); a piece nobody took, the computation takes back (:meth:`collect`) and runs itself.
-
-    The value and every piece's result are what they would be without help: only who runs a piece changes.
+    Put it on every path (a value, ``None`` to say "stop", or an error with :meth:`fail`, which :meth:`get` raises):
+    a thread waiting in :meth:`get` would otherwise wait forever. With no thread the computation runs when its
+    result is asked for, after the put.
     """
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._put = False
         self._value: Any = None
-        self._offered: list = []  # pieces not taken yet: [fn, args, state, value, error]
-        #: whether someone will wait in get() while the computation runs (set by the waiter; pieces are
-        #: worth offering only then)
-        self.waiter = False
+        self._error: BaseException | None = None
 
-    def offer(self, fn: Callable[..., Any], *args: Any) -> list:
+    def put(self, value: Any) -> None:
+        """Hand ``value`` over (once) and wake whoever waits in :meth:`get`."""
+        with self._cond:
+            self._value, self._put = value, True
+            self._cond.notify_all()
+
+    def fail(self, error: BaseException) -> None:
+        """Hand an error over instead of a value: :meth:`get` raises it."""
+        with self._cond:
+            self._error, self._put = error, True
+            self._cond.notify_all()
+
+    def ready(self) -> bool:
+        """Whether a value (or an error) was put: :meth:`get` would not wait."""
+        return self._put
+
+    def get(self) -> Any:
+        """The value put, waiting for it; an error handed over with :meth:`fail` is raised."""
+        with self._cond:
+            while not self._put:
+                self._cond.wait()
+        return self._received()
+
+    def _received(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def deliver(handoff: Handoff, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, put on ``handoff`` and returned; if it raises, the error is handed over (:meth:`Handoff.fail`)
+    and raised here too."""
+    try:
+        value = fn(*args)
+    except BaseException as err:
+        handoff.fail(err)
+        raise
+    handoff.put(value)
+    return value
+
+
+class _Piece:
+    """A piece of work offered on a :class:`HelpedHandoff`: ``fn(*args)``, who runs it, and its outcome."""
+
+    __slots__ = ("fn", "args", "state", "value", "error")
+
+    def __init__(self, fn: Callable[..., Any], args: tuple) -> None:
+        self.fn, self.args = fn, args
+        self.state = "offered"  # -> "here" (run by the computation) or "running" -> "done" (by the waiter)
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+
+class HelpedHandoff(Handoff):
+    """A :class:`Handoff` whose waiter works meanwhile: the computation that will put the value may :meth:`offer`
+    pieces of its work on the way, which a caller waiting in :meth:`get` runs (two CPUs on one computation); a
+    piece nobody took, the computation takes back (:meth:`collect`) and runs itself.
+
+    The value and every piece's result are what they would be without help: only who runs a piece changes.
+
+    Args:
+        helped: whether a thread will wait in :meth:`get` while the computation runs (pieces are worth offering
+            only then; with one CPU the computation runs before anyone waits).
+    """
+
+    def __init__(self, helped: bool) -> None:
+        super().__init__()
+        self.helped = bool(helped)
+        self._offered: "list[_Piece]" = []  # pieces not taken yet
+
+    def offer(self, fn: Callable[..., Any], *args: Any) -> _Piece:
         """Offer ``fn(*args)`` to a waiter; returns the piece for :meth:`collect`."""
-        piece = [fn, args, "offered", None, None]
+        piece = _Piece(fn, args)
         with self._cond:
             self._offered.append(piece)
             self._cond.notify_all()
         return piece
 
-    def collect(self, piece: list) -> Any:
+    def collect(self, piece: _Piece) -> Any:
         """The result of an offered piece: run here if no waiter took it, else waited for."""
         with self._cond:
-            if piece[2] == "offered":
+            if piece.state == "offered":
                 self._offered.remove(piece)
-                piece[2] = "here"
+                piece.state = "here"
             else:
-                while piece[2] != "done":
+                while piece.state != "done":
                     self._cond.wait()
-        if piece[2] == "here":
-            return piece[0](*piece[1])
-        if piece[4] is not None:
-            raise piece[4]
-        return piece[3]
-
-    def put(self, value: Any) -> None:
-        """Hand the value over (once) and wake the waiter."""
-        with self._cond:
-            self._value, self._put = value, True
-            self._cond.notify_all()
-
-    def ready(self) -> bool:
-        """Whether the value was put."""
-        return self._put
+        if piece.state == "here":
+            return piece.fn(*piece.args)
+        if piece.error is not None:
+            raise piece.error
+        return piece.value
 
     def get(self) -> Any:
-        """The value put, running the pieces offered until then."""
+        """The value put, running the pieces offered until then; an error handed over is raised."""
         while True:
             with self._cond:
                 while not self._put and not self._offered:
                     self._cond.wait()
                 if self._put:
-                    return self._value
+                    break
                 piece = self._offered.pop(0)
-                piece[2] = "running"
+                piece.state = "running"
             try:
-                piece[3] = piece[0](*piece[1])
+                piece.value = piece.fn(*piece.args)
             except BaseException as err:  # raised again where the piece is collected
-                piece[4] = err
+                piece.error = err
             with self._cond:
-                piece[2] = "done"
+                piece.state = "done"
                 self._cond.notify_all()
+        return self._received()

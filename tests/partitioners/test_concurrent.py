@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from meshshard.partitioners import _concurrent
-from meshshard.partitioners._concurrent import Concurrent, Handoff, HelpedHandoff, second_cpu
+from meshshard.partitioners._concurrent import Concurrent, Handoff, HelpedHandoff, deliver, second_cpu
 
 
 def _which_thread():
@@ -71,9 +71,10 @@ def test_workers_wait_for_the_next_computation_and_run_side_by_side(monkeypatch)
     gate = Handoff()
     a = Concurrent(lambda: (gate.get(), threading.get_ident())[1])
     b = Concurrent(threading.get_ident)  # a is busy waiting: b gets a worker of its own
-    assert b.result() != first or a._thread is not b._thread
+    assert a._thread is not b._thread
+    b_ident = b.result()
     gate.put(0)
-    assert a.result() != b.result()
+    assert a.result() != b_ident
     _wait_idle()
     assert _concurrent.busy_workers() == 0
 
@@ -104,7 +105,7 @@ def test_a_forked_child_starts_its_own_workers(monkeypatch):
 def test_a_waiter_runs_the_pieces_offered_before_the_value():
     # the computation offers two pieces and waits until they ran before collecting them, so only the caller,
     # waiting in get(), can have run them; an error in a piece is raised where it is collected
-    helped = HelpedHandoff()
+    helped = HelpedHandoff(helped=True)
     ran = [Handoff(), Handoff()]
 
     def fails():
@@ -130,8 +131,31 @@ def test_a_waiter_runs_the_pieces_offered_before_the_value():
 
 
 def test_a_piece_nobody_takes_runs_where_it_is_collected():
-    helped = HelpedHandoff()
+    helped = HelpedHandoff(helped=False)
     piece = helped.offer(_which_thread)
     assert helped.collect(piece) == threading.current_thread().name
+    assert not helped.ready()
     helped.put(7)
     assert helped.ready() and helped.get() == 7
+
+
+@pytest.mark.parametrize("kind", [Handoff, lambda: HelpedHandoff(helped=True)])
+def test_deliver_hands_over_the_value_or_the_error(kind):
+    # what a computation delivers reaches the waiter; an error is raised both where it was delivered and in a
+    # thread already waiting for it
+    ok, bad = kind(), kind()
+    assert deliver(ok, np.add, 2, 3) == 5 and ok.get() == 5
+    seen = []
+
+    def wait():
+        try:
+            bad.get()
+        except ZeroDivisionError:
+            seen.append("raised")
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    with pytest.raises(ZeroDivisionError):
+        deliver(bad, lambda: 1 / 0)
+    waiter.join(10)
+    assert seen == ["raised"] and bad.ready()

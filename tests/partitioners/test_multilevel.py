@@ -171,8 +171,7 @@ def test_a_waiting_caller_contracts_half_of_a_large_level(data_dir, monkeypatch)
         return real_range(*a)
 
     monkeypatch.setattr(ML.K, "contract_range", spy)
-    helped = HelpedHandoff()
-    helped.waiter = True
+    helped = HelpedHandoff(helped=True)
     worker = threading.Thread(target=lambda: helped.put(ML._hierarchy(indptr, indices, data, vw, None, 5, 1.1 * n / 5, 3,
                                                                         True, helped)), name="coarsening")
     worker.start()

@@ -299,6 +299,23 @@ def test_matching_visits_every_node_once_with_a_spread_stride():
             assert 0.6 * n <= stride <= 0.62 * n  # far from 1: consecutive visits are not consecutive ids
 
 
+def test_matching_without_parts_or_weights_is_the_same_matching(data_dir):
+    # the first hierarchy matches across parts (an empty part array) and, on an unweighted graph's finest level,
+    # reads no weights (unit=True): the same pairs as reading all-zero parts and unit weights
+    from meshshard.partitioners import _refine_numba as K
+    from meshshard.partitioners.multilevel import _csr
+
+    pts, ei = load_mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    n = pts.shape[0]
+    indptr, indices, data = _csr(ei.numpy(), n, None)
+    vw = np.ones(n)
+    for max_vw, pairs in ((2.0, True), (1.5, False)):  # 1.5: no pair fits, every node stays alone
+        plain = K.match_in_parts(indptr, indices, data, vw, np.zeros(n, dtype=np.int32), max_vw, 7)
+        lean = K.match_in_parts(indptr, indices, data, vw, np.empty(0, dtype=np.int32), max_vw, 7, True)
+        assert plain[1] == lean[1] and np.array_equal(plain[0], lean[0]) and np.array_equal(plain[2], lean[2])
+        assert (lean[1] < 0.6 * n) if pairs else (lean[1] == n)
+
+
 def test_refined_cut_on_a_lexicographically_numbered_hex_lattice():
     # a structured grid numbered axis by axis: visiting nodes in id order matched each node with its next
     # neighbour along the sweep, and hilbert's refined cut of this lattice was 1.01-1.16x METIS's over seeds
