@@ -189,9 +189,14 @@ def train(args) -> dict:
                            stats=ds.stats, dtype=dtype, knn=int(ds.meta["knn"]))
         ref_model = MeshGraphNet(ds.num_node_features, ds.num_edge_features, ds.num_targets, hidden=args.hidden,
                                  num_layers=args.layers, mlp_layers=args.mlp_layers).to(device=device, dtype=dtype)
+        # preprocess rounded the fields to the stored dtype; round the reference's alike, or a
+        # float32 dataset trained with --dtype float64 would differ from it by ~1e-7
+        stored = getattr(torch, str(ds.meta.get("dtype", "float64")))
         ref_data = []
         for i in range(len(full)):
             d = full[i]
+            for key in ("x", "y", "edge_attr"):
+                d[key] = d[key].to(stored).to(dtype)
             ref_data.append(tuple(t.to(device) for t in (*model_inputs(d, ds.stats), d.edge_index)))
         ref = (ref_model, ref_data)
     precision = "bf16" if args.amp == "bf16" else args.dtype

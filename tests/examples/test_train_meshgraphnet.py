@@ -188,6 +188,25 @@ def test_check_failure_exits_non_zero(one_part_data, example, monkeypatch, capsy
     assert "2 steps: FAIL at steps [0, 1]" in out, out
 
 
+@pytest.mark.timeout(200)
+def test_check_of_a_float32_dataset_trained_in_float64(tmp_path, data_dir, example, capsys):
+    """A dataset stored in float32 (the preprocess default) trained with --dtype float64: the
+    reference reads the mesh afresh, so it must round its fields through float32 as preprocess
+    did, or --check fails at 1e-10 on a relative difference of ~1e-7 (it did, found when the
+    GPU checks were first run)."""
+    from meshshard.datasets import preprocess_dataset
+
+    data = tmp_path / "data32"
+    preprocess_dataset([data_dir / "cylinder_crossflow_re35.vtu"], data, 1, ["velocity[0,1]", "pos"], ["pressure"],
+                       progress=False)
+    # (hidden 8, 2 layers: 4e-11, under the tolerance by luck; this size gave 2e-6 before the fix)
+    code = example.main(["--data", str(data), "--hidden", "32", "--layers", "4", "--steps", "2", "--dtype", "float64",
+                         "--check"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert re.search(r"over 2 steps: PASS \(tolerances float64: loss 1e-10, gradients 1e-10\)", out), out
+
+
 # Runs the script with torch.save replaced by one that dies (os._exit, no clean-up) half-way
 # through writing its third checkpoint.
 _CRASH = """
