@@ -2,9 +2,15 @@
 
 Two interchangeable backends over one rank's points (local ids ``0..n-1``):
 
-* ``"scipy"``: a :class:`scipy.spatial.cKDTree` (CPU), the default for CPU tensors;
+* ``"scipy"``: a :class:`scipy.spatial.cKDTree` (CPU), the default also for CUDA tensors: their
+  points are copied to the host, searched and decided there, and the results moved back, so CUDA
+  inputs get the CPU's graph bit for bit;
 * ``"torch"``: chunked brute force on the tensors' device (``(q - p)^2`` summed, then top-k by a
-  threshold), the default for CUDA tensors.
+  threshold), ``O(n q)`` work. On an H200 it beat the tree only on small clouds (2k-10k points:
+  0.66-0.73x scipy's time; 50k: 2.8x; 200k: 11.8x; ``benchmarks/bench_gpu.py``). On CUDA its
+  float64 distances can differ from the CPU's in the last bit, so pairs at (nearly) equal distance
+  may come in another order than the reference's (seen: the same radius-graph edges, 2 of 420k in
+  swapped order).
 
 Both return neighbours ordered by ``(distance, id)``: among equal distances (duplicate points,
 lattice ties) the lower id comes first, also at the k-th place. Since a rank's global ids are its
@@ -22,10 +28,22 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-__all__ = ["LocalIndex", "knn_window", "ball_pairs", "pair_distance"]
+__all__ = ["LocalIndex", "knn_window", "ball_pairs", "pair_distance", "np_pair_distance", "exact_sqrt"]
 
 # Elements of one [chunk, n] distance block of the torch backend (a few tens of MiB in float64).
 _CHUNK_ELEMS = 1 << 22
+
+
+def exact_sqrt(ss: torch.Tensor) -> torch.Tensor:
+    """Correctly rounded square root of a float64 tensor, on any device.
+
+    torch's CPU kernel can be one ulp off (seen with torch 2.13: ``0x1.3e4cc37f3947cp-5`` where
+    IEEE rounding, NumPy and cKDTree give ``...7bp-5``), which reordered equal-looking neighbours
+    between the CPU, CUDA and scipy; NumPy's and CUDA's square roots are IEEE.
+    """
+    if ss.device.type == "cpu":
+        return torch.from_numpy(np.sqrt(ss.detach().numpy()))
+    return torch.sqrt(ss)
 
 
 def pair_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -38,7 +56,20 @@ def pair_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     ss = diff[:, 0] * diff[:, 0]
     for i in range(1, diff.shape[1]):
         ss = ss + diff[:, i] * diff[:, i]
-    return torch.sqrt(ss)
+    return exact_sqrt(ss)
+
+
+def np_pair_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`pair_distance` in NumPy over the last dim (same operations, same rounding)."""
+    diff = a - b
+    ss = diff[..., 0] * diff[..., 0]
+    for i in range(1, diff.shape[-1]):
+        ss = ss + diff[..., i] * diff[..., i]
+    return np.sqrt(ss)
+
+
+# Relative width within which scipy's distance and pair_distance's may order two points differently.
+_TIE_RTOL = 1e-12
 
 
 def knn_window(tree, queries: np.ndarray, k: int, exclude: Optional[np.ndarray], workers: int) -> Tuple[np.ndarray, np.ndarray, int]:
@@ -75,12 +106,15 @@ def knn_window(tree, queries: np.ndarray, k: int, exclude: Optional[np.ndarray],
         slots += len(todo) * m
         if m == n:
             done = np.ones(len(todo), dtype=bool)
-        else:
-            done = d[:, m - 1] > d[:, need - 1]
+        else:  # a gap wider than the rounding between scipy's distances and pair_distance's
+            done = d[:, m - 1] > d[:, need - 1] * (1 + _TIE_RTOL) + 1e-300
         rows = todo[done]
-        d, i = d[done], i[done]
-        # cKDTree sorts by distance already; only rows holding equal distances need the id order.
-        tied = (d[:, 1:] == d[:, :-1]).any(axis=1)
+        i = i[done]
+        # scipy's distances may differ from pair_distance's in the last bit: order by the latter,
+        # as the torch backend and every rank's merge do. cKDTree's order is already right except
+        # where neighbours lie within rounding of each other.
+        tied = (d[done][:, 1:] <= d[done][:, :-1] * (1 + _TIE_RTOL) + 1e-300).any(axis=1)
+        d = np_pair_distance(queries[rows][:, None, :], tree.data[i])
         if tied.any():
             order = np.lexsort((i[tied], d[tied]), axis=1)
             d[tied] = np.take_along_axis(d[tied], order, axis=1)
@@ -183,7 +217,8 @@ class LocalIndex:
         if backend == "scipy":
             from scipy.spatial import cKDTree
 
-            self._np = points.detach().cpu().numpy()
+            self._cpu = points.detach().cpu()  # the tree's decisions are made on the host
+            self._np = self._cpu.numpy()
             self.tree = cKDTree(self._np)
 
     @property
@@ -220,7 +255,7 @@ class LocalIndex:
             ss = diff[..., 0] * diff[..., 0]
             for j in range(1, P.shape[1]):
                 ss = ss + diff[..., j] * diff[..., j]
-            D = torch.sqrt(ss)  # same formula as pair_distance
+            D = exact_sqrt(ss)  # same formula as pair_distance
             self.pair_evals += c * n
             if exclude is not None:
                 D[torch.arange(c, device=dev), exclude[s:s + c]] = float("inf")
@@ -239,8 +274,14 @@ class LocalIndex:
 
     def ball(self, queries: torch.Tensor, r: float, exclude: Optional[torch.Tensor] = None, max_num: Optional[int] = None):
         """Pairs within ``r`` (see :func:`ball_pairs`): ``(qpos, idx, dist)`` sorted by query."""
-        qpos, idx, dist, work = ball_pairs(self.points, queries, r, tree=self.tree, exclude=exclude,
-                                           max_num=max_num, workers=self.workers)
+        if self.tree is not None and queries.device.type != "cpu":
+            qpos, idx, dist, work = ball_pairs(self._cpu, queries.detach().cpu(), r, tree=self.tree,
+                                               exclude=None if exclude is None else exclude.cpu(), max_num=max_num,
+                                               workers=self.workers)
+            qpos, idx, dist = (t.to(queries.device) for t in (qpos, idx, dist))
+        else:
+            qpos, idx, dist, work = ball_pairs(self.points, queries, r, tree=self.tree, exclude=exclude,
+                                               max_num=max_num, workers=self.workers)
         if self.tree is not None:
             self.slots += work
         else:

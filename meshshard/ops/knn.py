@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from meshshard import distributed as msd
-from meshshard.ops._knn_local import LocalIndex, rank_in_group, sort_by_query
+from meshshard.ops._knn_local import LocalIndex, exact_sqrt, rank_in_group, sort_by_query
 from meshshard.tensor import ShardTensor
 from meshshard.tensor.spec import shard_dim_of
 
@@ -160,8 +160,8 @@ def _prepare(points_owned, what: str, params: List[int], names: List[str], group
 
 
 def _backend(points: torch.Tensor, backend: Optional[str]) -> str:
-    if backend is None:
-        return "torch" if points.is_cuda else "scipy"
+    if backend is None:  # the tree also for CUDA points: brute force lost from ~10k points on (module doc)
+        return "scipy"
     if backend not in ("scipy", "torch"):
         raise ValueError(f"backend must be None, 'scipy' or 'torch', got {backend!r}")
     return backend
@@ -242,7 +242,11 @@ def _box_distance(q: torch.Tensor, boxes: torch.Tensor, world: int) -> torch.Ten
     for s in range(0, n, rows):
         qc = q[s:s + rows, None, :]
         gap = torch.clamp(torch.maximum(flat[None, :, 0] - qc, qc - flat[None, :, 1]), min=0)
-        dist = torch.sqrt((gap * gap).sum(-1))  # inf for empty boxes
+        sq = gap * gap
+        ss = sq[..., 0]
+        for i in range(1, d):  # summed in dim order like pair_distance, so it never exceeds a contained point's
+            ss = ss + sq[..., i]
+        dist = exact_sqrt(ss)  # inf for empty boxes
         out[s:s + rows] = dist.view(-1, world, nb).min(-1).values
     return out
 
@@ -371,8 +375,9 @@ def sharded_knn(
         return_stats: also return a dict of this rank's work and traffic (``queries_sent``,
             ``candidates_received``, ``tree_slots`` = kd-tree neighbour slots requested, ``pair_evals``
             = brute-force distances, ``bytes_sent``, ...).
-        backend: ``"scipy"`` (cKDTree, default on CPU) or ``"torch"`` (chunked brute force on the
-            points' device, default on CUDA).
+        backend: ``"scipy"`` (cKDTree on the host, the default, also for CUDA points; results on
+            the points' device) or ``"torch"`` (chunked brute force on the points' device: faster
+            only for small clouds, see :mod:`meshshard.ops._knn_local`).
         num_boxes: bounding boxes per rank used to decide where a query must go.
         workers: cKDTree threads per rank.
 

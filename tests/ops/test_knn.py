@@ -365,6 +365,33 @@ def test_radius_reference_equals_query_ball_point(data_dir):
     assert got == want
 
 
+def test_backends_agree_edge_for_edge_on_a_mesh_with_ties(data_dir):
+    """The default backend (the tree) and the torch backend (brute force) give the same graphs,
+    order included, on the 2-D mesh with duplicated points: both order by :func:`pair_distance`,
+    whose square root is correctly rounded. (torch's CPU sqrt was one ulp off, and the torch
+    backend swapped 12 of 109k neighbour pairs against scipy's.)"""
+    pts = _load(data_dir)["cyl"]
+    for k, loop in ((8, True), (5, False)):
+        ref = knn_reference(pts, k, loop)
+        assert torch.equal(sharded_knn(pts, k, loop=loop, backend="torch"), ref), (k, loop)
+        assert torch.equal(sharded_knn(pts, k, loop=loop), ref), (k, loop)
+    ref = radius_reference(pts, 0.05)
+    assert torch.equal(sharded_radius_graph(pts, 0.05, backend="torch"), ref)
+
+
+def test_exact_sqrt_and_pair_distance_are_correctly_rounded():
+    from meshshard.ops._knn_local import exact_sqrt, np_pair_distance, pair_distance
+
+    ss = torch.tensor([float.fromhex("0x1.8bc2ccb4bb234p-10")], dtype=torch.float64)
+    assert exact_sqrt(ss).item().hex() == "0x1.3e4cc37f3947bp-5"  # torch.sqrt gave ...7cp-5 on the CPU
+    gen = torch.Generator().manual_seed(0)
+    a = torch.rand(20000, 3, generator=gen, dtype=torch.float64)
+    b = torch.rand(20000, 3, generator=gen, dtype=torch.float64)
+    ss = ((a - b) ** 2).sum(1)
+    assert torch.equal(exact_sqrt(ss), torch.from_numpy(np.sqrt(ss.numpy())))
+    assert torch.equal(pair_distance(a, b), torch.from_numpy(np_pair_distance(a.numpy(), b.numpy())))
+
+
 def test_single_process_duplicates_and_small_clouds():
     """Without a process group: duplicates at the k-th place, loop=False, clouds of k points."""
     pts = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0], [2.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
