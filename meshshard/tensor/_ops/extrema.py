@@ -111,10 +111,10 @@ def extrema_handler(func, types, args, kwargs):
             gidx = 0
             for c, n in zip(coords, x.shape):
                 gidx = gidx * n + int(c)
-            value, index = flat[k:k + 1], torch.tensor([gidx])
+            value, index = flat[k:k + 1], torch.tensor([gidx], device=local.device)
         else:
             value = _sentinel((1,), local, is_max)
-            index = torch.tensor([x.numel()])
+            index = torch.tensor([x.numel()], device=local.device)
         red, axis = [], 0
     else:
         red = dims

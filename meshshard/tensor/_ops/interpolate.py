@@ -112,10 +112,11 @@ def interpolate_handler(func, types, args, kwargs):
             rest["size"] = [1 if i == j else v for i, v in enumerate(rest["size"])]
         return wrap_grid(g, empty_output(g, others, win, 1), counts)
     base = windows[g.coord][0][0]
-    out = win.index_select(g.dim, i0[lo:lo + c] - base)
+    dev = win.device  # the source rows are computed on the CPU (their counts decide the layout)
+    out = win.index_select(g.dim, (i0[lo:lo + c] - base).to(dev))
     if lam is not None:
-        w = lam[lo:lo + c].reshape([-1] + [1] * (nd - 1 - j))
-        out = out * (1 - w) + win.index_select(g.dim, i1[lo:lo + c] - base) * w
+        w = lam[lo:lo + c].reshape([-1] + [1] * (nd - 1 - j)).to(dev)
+        out = out * (1 - w) + win.index_select(g.dim, (i1[lo:lo + c] - base).to(dev)) * w
     return wrap_grid(g, others(out), counts)
 
 

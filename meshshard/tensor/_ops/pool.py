@@ -95,7 +95,7 @@ def avg_pool_handler(func, types, args, kwargs):
         end = torch.clamp(start + k[j], max=g.n + p[j])
         if not a["count_include_pad"]:
             start, end = start.clamp(min=0), end.clamp(max=g.n)
-        fix = (k[j] / (end - start).to(torch.float64)).to(out.dtype)
+        fix = (k[j] / (end - start).to(torch.float64)).to(device=out.device, dtype=out.dtype)
         out = out * fix.reshape([-1] + [1] * (nd - 1 - j))
     return wrap_grid(g, out, counts)
 

@@ -27,7 +27,7 @@ def _close(a, b, what, dtype):
     assert torch.allclose(a, b, **TOL[dtype]), f"{what}: max diff {(a - b).abs().max().item()}"
 
 
-def _sdpa_case(rank, world, mesh, dtype, kv_replicated=False, hk=2, **kw):
+def _sdpa_case(rank, world, mesh, dtype, kv_replicated=False, hk=2, device="cpu", **kw):
     from meshshard.distributed import Replicate, Shard
     from meshshard.tensor import ShardTensor
 
@@ -38,6 +38,7 @@ def _sdpa_case(rank, world, mesh, dtype, kv_replicated=False, hk=2, **kw):
     k = torch.randn(2, hk, lk, 3, generator=g, dtype=dtype)
     v = torch.randn(2, hk, lk, 4, generator=g, dtype=dtype)
     gout = torch.randn(q.shape[:-1] + (4,), generator=g, dtype=dtype)
+    q, k, v, gout = (t.to(device) for t in (q, k, v, gout))
     full = [t.clone().requires_grad_() for t in (q, k, v)]
     ref = F.scaled_dot_product_attention(*full, **kw)
     (ref * gout).sum().backward()

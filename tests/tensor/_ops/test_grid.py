@@ -49,7 +49,7 @@ CONV_CASES = {
 
 def _reflect_conv(x):
     torch.manual_seed(3)
-    conv = torch.nn.Conv2d(3, 2, 3, padding=2, padding_mode="reflect").to(x.dtype)
+    conv = torch.nn.Conv2d(3, 2, 3, padding=2, padding_mode="reflect").to(device=x.device, dtype=x.dtype)
     return conv(x)
 
 
@@ -104,7 +104,7 @@ def _input(nd, n, dtype, gen):
     return torch.randn((2, 3, n) + (5, 4)[: nd - 1], generator=gen, dtype=dtype)
 
 
-def _check_case(name, nd, make, op, sizes, dtype, rank, mesh=None, placements=None):
+def _check_case(name, nd, make, op, sizes, dtype, rank, mesh=None, placements=None, device="cpu"):
     """``rank``: this rank's coordinate along the sharding mesh dim (the last mesh dim)."""
     from meshshard.distributed import Shard, all_reduce, default_device_mesh
     from meshshard.tensor import ShardTensor
@@ -113,8 +113,8 @@ def _check_case(name, nd, make, op, sizes, dtype, rank, mesh=None, placements=No
     placements = (Shard(2),) if placements is None else placements
 
     gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
-    x = _input(nd, sum(sizes), dtype, gen)
-    params = make(gen, dtype)
+    x = _input(nd, sum(sizes), dtype, gen).to(device)
+    params = [p.to(device) for p in make(gen, dtype)]
     off = sum(sizes[:rank])
     x_local = x.narrow(2, off, sizes[rank]).clone().requires_grad_()
     ps = [p.clone().requires_grad_() for p in params]
@@ -127,7 +127,7 @@ def _check_case(name, nd, make, op, sizes, dtype, rank, mesh=None, placements=No
     tol = TOL[dtype]
     assert full.shape == ref.shape, f"{name} {sizes}: shape {tuple(full.shape)} vs {tuple(ref.shape)}"
     assert torch.allclose(full, ref, **tol), f"{name} {sizes}: values differ by {(full - ref).abs().max()}"
-    proj = torch.randn(ref.shape, generator=gen, dtype=dtype)
+    proj = torch.randn(ref.shape, generator=gen, dtype=dtype).to(device)
     (full * proj).sum().backward()
     (ref * proj).sum().backward()
     want = xr.grad.narrow(2, off, sizes[rank])

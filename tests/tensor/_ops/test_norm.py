@@ -28,15 +28,16 @@ def _close(a, b, what, dtype=torch.float64):
     assert torch.allclose(a, b, **TOL[dtype]), f"{what}: max diff {(a - b).abs().max().item()}"
 
 
-def _module_case(rank, world, mesh, module, shape, dim, dtype=torch.float64):
+def _module_case(rank, world, mesh, module, shape, dim, dtype=torch.float64, device="cpu"):
     """Two training steps and one eval step of ``module`` on a ``shape`` tensor sharded along
-    ``dim`` (global size sum(SIZES[world]) there), vs a copy of the module in one process."""
+    ``dim`` (global size sum(SIZES[world]) there), vs a copy of the module in one process, both
+    on ``device``."""
     from meshshard.distributed import Shard, all_reduce
     from meshshard.tensor import ShardTensor
 
     sizes = SIZES[world]
     torch.manual_seed(1)
-    module = module.to(dtype)
+    module = module.to(device=device, dtype=dtype)
     with torch.no_grad():
         for p in module.parameters():
             p.uniform_(0.5, 1.5)
@@ -46,8 +47,8 @@ def _module_case(rank, world, mesh, module, shape, dim, dtype=torch.float64):
         train = step < 2
         module.train(train)
         ref.train(train)
-        x = (torch.randn(shape, dtype=torch.float64) * 3 + step).to(dtype)
-        gout = torch.randn(shape, dtype=dtype)
+        x = (torch.randn(shape, dtype=torch.float64) * 3 + step).to(device=device, dtype=dtype)
+        gout = torch.randn(shape, dtype=dtype).to(device)
         xf = x.clone().requires_grad_()
         expected = ref(xf)
         (expected * gout).sum().backward()
