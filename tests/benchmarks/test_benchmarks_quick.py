@@ -45,6 +45,19 @@ def test_bench_partition_engines_distributed_family():
     assert len(rows) == 4 and all(line.rstrip().endswith("| yes |") for line in rows), rows
 
 
+@pytest.mark.timeout(150)
+def test_bench_gpu_runs_on_the_cpu_as_a_smoke_test():
+    """CI has no GPU: the script runs its code on the CPU (gloo), labelled as no GPU figure; the
+    sharded model's first loss equals the plain one's and every backend gives the same kNN graph."""
+    out = _run("bench_gpu.py", 140, "--device", "cpu")
+    assert "CPU (smoke test: no GPU figures)" in out
+    rows = [line for line in out.splitlines() if re.match(r"\| [\d.]+ \|", line)]
+    mgn = [r for r in rows if "n/a" in r]
+    knn = [r for r in rows if r.rstrip().endswith("| True |")]
+    assert len(mgn) == 1 and mgn[0].rstrip().endswith("| 0.0e+00 |"), out
+    assert len(knn) == 2 and len(rows) == 3, out
+
+
 @pytest.mark.timeout(180)
 def test_bench_collectives():
     out = _run("bench_collectives.py", 170)
