@@ -68,6 +68,17 @@ def np_pair_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sqrt(ss)
 
 
+def _window_distance(queries: np.ndarray, data: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """:func:`pair_distance` of each query row and the points ``idx [q, m]`` (same operations, same
+    rounding), one dim at a time: no ``[q, m, d]`` temporary (a 1M-query window would take 240 MB)."""
+    ss = None
+    for j in range(queries.shape[1]):
+        diff = queries[:, j:j + 1] - data[idx, j]
+        sq = diff * diff
+        ss = sq if ss is None else ss + sq
+    return np.sqrt(ss)
+
+
 # Relative width within which scipy's distance and pair_distance's may order two points differently.
 _TIE_RTOL = 1e-12
 
@@ -114,7 +125,7 @@ def knn_window(tree, queries: np.ndarray, k: int, exclude: Optional[np.ndarray],
         # as the torch backend and every rank's merge do. cKDTree's order is already right except
         # where neighbours lie within rounding of each other.
         tied = (d[done][:, 1:] <= d[done][:, :-1] * (1 + _TIE_RTOL) + 1e-300).any(axis=1)
-        d = np_pair_distance(queries[rows][:, None, :], tree.data[i])
+        d = _window_distance(queries[rows], tree.data, i)
         if tied.any():
             order = np.lexsort((i[tied], d[tied]), axis=1)
             d[tied] = np.take_along_axis(d[tied], order, axis=1)

@@ -390,6 +390,13 @@ def test_exact_sqrt_and_pair_distance_are_correctly_rounded():
     ss = ((a - b) ** 2).sum(1)
     assert torch.equal(exact_sqrt(ss), torch.from_numpy(np.sqrt(ss.numpy())))
     assert torch.equal(pair_distance(a, b), torch.from_numpy(np_pair_distance(a.numpy(), b.numpy())))
+    # the tree backend's window distances: the same numbers, one dim at a time
+    from meshshard.ops._knn_local import _window_distance
+
+    idx = torch.randint(0, 20000, (500, 9), generator=gen)
+    got = _window_distance(a[:500].numpy(), b.numpy(), idx.numpy())
+    want = pair_distance(a[:500].repeat_interleave(9, 0), b[idx.reshape(-1)]).reshape(500, 9)
+    assert torch.equal(torch.from_numpy(got), want)
 
 
 def test_single_process_duplicates_and_small_clouds():
