@@ -3,14 +3,15 @@
 Two interchangeable backends over one rank's points (local ids ``0..n-1``):
 
 * ``"scipy"``: a :class:`scipy.spatial.cKDTree` (CPU), the default also for CUDA tensors: their
-  points are copied to the host, searched and decided there, and the results moved back, so CUDA
-  inputs get the CPU's graph bit for bit;
+  points are copied to the host, searched and decided there, and the results moved back;
 * ``"torch"``: chunked brute force on the tensors' device (``(q - p)^2`` summed, then top-k by a
-  threshold), ``O(n q)`` work. On an H200 it beat the tree only on small clouds (2k-10k points:
-  0.66-0.73x scipy's time; 50k: 2.8x; 200k: 11.8x; ``benchmarks/bench_gpu.py``). On CUDA its
-  float64 distances can differ from the CPU's in the last bit, so pairs at (nearly) equal distance
-  may come in another order than the reference's (seen: the same radius-graph edges, 2 of 420k in
-  swapped order).
+  threshold), ``O(n q)`` work. On an H200 it beat the tree only on small clouds (``sharded_knn``,
+  k = 8: 0.65x the tree's time at 10k points, 2.7x at 50k, 11.4x at 200k;
+  ``benchmarks/bench_gpu.py``).
+
+Every distance that orders or admits a neighbour is :func:`pair_distance`'s: squares summed in dim
+order, then a correctly rounded square root (:func:`exact_sqrt`), so both backends, the CPU and
+CUDA give the same numbers bit for bit (checked on an H200 by ``tests/test_cuda.py``).
 
 Both return neighbours ordered by ``(distance, id)``: among equal distances (duplicate points,
 lattice ties) the lower id comes first, also at the k-th place. Since a rank's global ids are its
@@ -28,7 +29,7 @@ from typing import Optional, Tuple
 import numpy as np
 import torch
 
-__all__ = ["LocalIndex", "knn_window", "ball_pairs", "pair_distance", "np_pair_distance", "exact_sqrt"]
+__all__ = ["LocalIndex", "knn_window", "ball_pairs", "pair_distance", "exact_sqrt", "sum_squares"]
 
 # Elements of one [chunk, n] distance block of the torch backend (a few tens of MiB in float64).
 _CHUNK_ELEMS = 1 << 22
@@ -46,26 +47,22 @@ def exact_sqrt(ss: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(ss)
 
 
+def sum_squares(diff):
+    """``sum_i diff[..., i]^2`` added in dim order (torch or NumPy): a reduction may add in another
+    order and round differently, and every distance here must round alike."""
+    ss = diff[..., 0] * diff[..., 0]
+    for i in range(1, diff.shape[-1]):
+        ss = ss + diff[..., i] * diff[..., i]
+    return ss
+
+
 def pair_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Euclidean distance of matching rows, ``sqrt(sum_i (a_i - b_i)^2)`` summed in dim order.
 
     Every rank (and the single-process reference) uses this same formula, so the same pair always
     gets bit-identical distances and ties are decided the same way everywhere.
     """
-    diff = a - b
-    ss = diff[:, 0] * diff[:, 0]
-    for i in range(1, diff.shape[1]):
-        ss = ss + diff[:, i] * diff[:, i]
-    return exact_sqrt(ss)
-
-
-def np_pair_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """:func:`pair_distance` in NumPy over the last dim (same operations, same rounding)."""
-    diff = a - b
-    ss = diff[..., 0] * diff[..., 0]
-    for i in range(1, diff.shape[-1]):
-        ss = ss + diff[..., i] * diff[..., i]
-    return np.sqrt(ss)
+    return exact_sqrt(sum_squares(a - b))
 
 
 def _window_distance(queries: np.ndarray, data: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -120,11 +117,11 @@ def knn_window(tree, queries: np.ndarray, k: int, exclude: Optional[np.ndarray],
         else:  # a gap wider than the rounding between scipy's distances and pair_distance's
             done = d[:, m - 1] > d[:, need - 1] * (1 + _TIE_RTOL) + 1e-300
         rows = todo[done]
-        i = i[done]
+        d, i = d[done], i[done]
         # scipy's distances may differ from pair_distance's in the last bit: order by the latter,
         # as the torch backend and every rank's merge do. cKDTree's order is already right except
         # where neighbours lie within rounding of each other.
-        tied = (d[done][:, 1:] <= d[done][:, :-1] * (1 + _TIE_RTOL) + 1e-300).any(axis=1)
+        tied = (d[:, 1:] <= d[:, :-1] * (1 + _TIE_RTOL) + 1e-300).any(axis=1)
         d = _window_distance(queries[rows], tree.data, i)
         if tied.any():
             order = np.lexsort((i[tied], d[tied]), axis=1)
@@ -262,11 +259,7 @@ class LocalIndex:
         for s in range(0, q, rows_per):
             qc = queries[s:s + rows_per]
             c = qc.shape[0]
-            diff = qc[:, None, :] - P[None, :, :]
-            ss = diff[..., 0] * diff[..., 0]
-            for j in range(1, P.shape[1]):
-                ss = ss + diff[..., j] * diff[..., j]
-            D = exact_sqrt(ss)  # same formula as pair_distance
+            D = exact_sqrt(sum_squares(qc[:, None, :] - P[None, :, :]))  # pair_distance's formula
             self.pair_evals += c * n
             if exclude is not None:
                 D[torch.arange(c, device=dev), exclude[s:s + c]] = float("inf")
@@ -285,7 +278,7 @@ class LocalIndex:
 
     def ball(self, queries: torch.Tensor, r: float, exclude: Optional[torch.Tensor] = None, max_num: Optional[int] = None):
         """Pairs within ``r`` (see :func:`ball_pairs`): ``(qpos, idx, dist)`` sorted by query."""
-        if self.tree is not None and queries.device.type != "cpu":
+        if self.tree is not None:  # decided on the host, whatever the queries' device
             qpos, idx, dist, work = ball_pairs(self._cpu, queries.detach().cpu(), r, tree=self.tree,
                                                exclude=None if exclude is None else exclude.cpu(), max_num=max_num,
                                                workers=self.workers)

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 from meshshard import distributed as msd
-from meshshard.ops._knn_local import LocalIndex, exact_sqrt, rank_in_group, sort_by_query
+from meshshard.ops._knn_local import LocalIndex, exact_sqrt, rank_in_group, sort_by_query, sum_squares
 from meshshard.tensor import ShardTensor
 from meshshard.tensor.spec import shard_dim_of
 
@@ -242,11 +242,8 @@ def _box_distance(q: torch.Tensor, boxes: torch.Tensor, world: int) -> torch.Ten
     for s in range(0, n, rows):
         qc = q[s:s + rows, None, :]
         gap = torch.clamp(torch.maximum(flat[None, :, 0] - qc, qc - flat[None, :, 1]), min=0)
-        sq = gap * gap
-        ss = sq[..., 0]
-        for i in range(1, d):  # summed in dim order like pair_distance, so it never exceeds a contained point's
-            ss = ss + sq[..., i]
-        dist = exact_sqrt(ss)  # inf for empty boxes
+        # rounded like pair_distance, so it never exceeds the distance of a point inside the box; inf for empty boxes
+        dist = exact_sqrt(sum_squares(gap))
         out[s:s + rows] = dist.view(-1, world, nb).min(-1).values
     return out
 
