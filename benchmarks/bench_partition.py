@@ -173,6 +173,42 @@ def _timed(fn, repeat: int = 1):
     return out, best
 
 
+def _interleaved(runs: dict, rounds: int):
+    """Run every function of ``runs`` once per round, in a new order each round, for ``rounds`` rounds ->
+    ``(results, best times)``, both keyed as ``runs`` (a result from the last round that ran it).
+
+    Interleaved, a baseline and the runs compared with it meet the same load on a shared machine; timed one block
+    after another, a load change between the blocks moved single ~10k cells of the family table by 10-30%. The order
+    changes because a run also depends on the one before it: a ~10k refinement right after METIS took ~1 ms (~15%)
+    longer than after another refinement (measured here, with one thread or two; not after a sleep, a busy loop or a
+    pass over 64 MB), so a fixed order would charge that to whichever run follows METIS."""
+    out, best = {}, {k: float("inf") for k in runs}
+    keys = list(runs)
+    order = np.random.default_rng(0)
+    for _ in range(rounds):
+        for i in order.permutation(len(keys)):
+            k, fn = keys[i], runs[keys[i]]
+            t0 = time.perf_counter()
+            out[k] = fn()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return out, best
+
+
+def _one_thread(fn):
+    """``fn`` run with ``MESHSHARD_THREADS=1``: the refinement keeps all its work on the calling thread."""
+    def run():
+        old = os.environ.get("MESHSHARD_THREADS")
+        os.environ["MESHSHARD_THREADS"] = "1"
+        try:
+            return fn()
+        finally:
+            if old is None:
+                del os.environ["MESHSHARD_THREADS"]
+            else:
+                os.environ["MESHSHARD_THREADS"] = old
+    return run
+
+
 def bench_quality(gmsh_h: float, num_parts: int):
     import meshshard as ms
     from meshshard.io.cell_edges import edge_index_from_cells
@@ -528,6 +564,8 @@ def bench_cli(n_side: int, num_parts: int, repeat: int):
 
 #: issue 13's target: refined kdtree / hilbert cut <= 1.15x METIS's, in no more time than METIS
 FAMILY_CUT_TARGET = 1.15
+#: the family table also times these with one thread (MESHSHARD_THREADS=1): the refinement's work without its second thread
+ONE_THREAD = ("kdtree", "hilbert")
 
 
 def graded_hex_lattice(nx: int, ny: int, nz: int, ratio: float = 1.002):
@@ -579,6 +617,9 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
     and tie-breaks); a cell then adds the range of the cut over the seeds, and the worst case counts every seed.
     METIS runs at every seed too: its column gives the range of its own cut over the seeds / its cut at the
     first seed (the reference of every ratio), which shows how far one METIS run is from another.
+    Every time is the best of a few rounds in which METIS and each method run in turn (:func:`_interleaved`).
+    The column "1 thread" times kdtree and hilbert with ``MESHSHARD_THREADS=1``: the refinement's whole work on one
+    thread, where the other columns let it coarsen on a second thread beside the geometric start.
     """
     from meshshard.datasets.gmsh_meshes import GMSH_FAMILY
     from meshshard.partitioners import Partition
@@ -596,55 +637,65 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
           + (f"; [range of the cut over seeds {', '.join(map(str, seeds))}]" if len(seeds) > 1 else "") + "\n")
     cols = ["kdtree", "hilbert", "morton"] + (["kdtree+mtk", "hilbert+mtk"] if has_mtk else [])
     metis_head = "METIS time [s]" + (" [its cut over the seeds / seed " + str(seeds[0]) + "'s]" if len(seeds) > 1 else "")
-    print(f"| mesh | N | {metis_head} | " + " | ".join(f"{c} cut, time" for c in cols) + " | disconnected parts (METIS; "
-          + ", ".join(cols) + ") |")
-    print("|---|---|---|" + "---|" * len(cols) + "---|")
+    print(f"| mesh | N | {metis_head} | " + " | ".join(f"{c} cut, time" for c in cols)
+          + f" | {', '.join(ONE_THREAD)} time, 1 thread | disconnected parts (METIS; " + ", ".join(cols) + ") |")
+    print("|---|---|---|" + "---|" * len(cols) + "---|---|")
     cases = [(f"{name} ~{n // 1000}k", lambda f=f, n=n: f(n)) for n in sizes for name, f in GMSH_FAMILY.items()]
     if big:
         side = round((big / 8) ** (1 / 3))
         cases.append((f"graded hex lattice {4 * side}x{2 * side}x{side}", lambda: graded_hex_lattice(4 * side, 2 * side, side)))
     worst = {c: [0.0, 0.0] for c in cols}
+    worst_one = {m: 0.0 for m in ONE_THREAD}
     metis_spread = [1.0, 1.0]  # METIS's own cut over the seeds / its first seed's: lowest, highest
     paired = {c: 0.0 for c in cols}  # worst cut / METIS's cut at the same seed
     for label, make in cases:
         got = make()
         pts, ei = (got.points, got.edge_index().numpy()) if hasattr(got, "points") else got
         n = pts.shape[0]
-        # best of several runs, METIS's and ours alike: one ~10k cell moved by 10-15% between single runs here
-        rep = 5 if n < 50_000 else 3 if n < 500_000 else 1
-        g, tm = _timed(lambda: partition(pts, num_parts, "graph", edge_index=ei, seed=seeds[0]), rep)
-        qg = partition_quality(g, ei)
+        runs = {("graph", None): lambda: partition(pts, num_parts, "graph", edge_index=ei, seed=seeds[0])}
+        for c in cols:
+            method = c.split("+")[0]
+            if c.endswith("+mtk"):
+                def run(method=method):
+                    plain = partition(pts, num_parts, method).assignment.numpy()
+                    return Partition(_mtkahypar_improve(ei, n, plain, num_parts), num_parts)
+                runs[(c, None)] = run
+            else:
+                for s in seeds:
+                    runs[(c, s)] = lambda method=method, s=s: partition(pts, num_parts, method, edge_index=ei, seed=s)
+        for m in ONE_THREAD:
+            runs[(m, "1 thread")] = _one_thread(lambda m=m: partition(pts, num_parts, m, edge_index=ei, seed=seeds[0]))
+        # best of several rounds at ~10k and ~100k (one ~10k cell moved by 10-30% between single runs here)
+        out, best = _interleaved(runs, 7 if n < 50_000 else 3 if n < 500_000 else 1)
+        tm = best[("graph", None)]
+        qg = partition_quality(out[("graph", None)], ei)
         metis_cuts = [qg["edge_cut"]] + [partition_quality(partition(pts, num_parts, "graph", edge_index=ei, seed=s),
                                                            ei)["edge_cut"] for s in seeds[1:]]
         m_lo, m_hi = min(metis_cuts) / metis_cuts[0], max(metis_cuts) / metis_cuts[0]
         metis_spread = [min(metis_spread[0], m_lo), max(metis_spread[1], m_hi)]
         cells, pieces = [], [str(qg["disconnected_parts"])]
         for c in cols:
-            method = c.split("+")[0]
-            if c.endswith("+mtk"):
-                def run():
-                    plain = partition(pts, num_parts, method).assignment.numpy()
-                    return Partition(_mtkahypar_improve(ei, n, plain, num_parts), num_parts)
-                p, t = _timed(run, rep)
-            else:
-                p, t = _timed(lambda: partition(pts, num_parts, method, edge_index=ei, seed=seeds[0]), rep)
-            q = partition_quality(p, ei)
-            cut, tr = q["edge_cut"] / qg["edge_cut"], t / tm
-            cuts, imb = [cut], q["imbalance"]
-            for s in seeds[1:] if not c.endswith("+mtk") else ():
-                ps, ts = _timed(lambda: partition(pts, num_parts, method, edge_index=ei, seed=s), rep)
-                qs = partition_quality(ps, ei)
-                cuts.append(qs["edge_cut"] / qg["edge_cut"])
-                tr, imb = max(tr, ts / tm), max(imb, qs["imbalance"])
+            keys = [(c, None)] if c.endswith("+mtk") else [(c, s) for s in seeds]
+            qs = [partition_quality(out[k], ei) for k in keys]
+            cuts = [q["edge_cut"] / qg["edge_cut"] for q in qs]
+            cut, tr, imb = cuts[0], max(best[k] for k in keys) / tm, max(q["imbalance"] for q in qs)
             worst[c] = [max(worst[c][0], max(cuts)), max(worst[c][1], tr)]
-            paired[c] = max([paired[c]] + [x * metis_cuts[0] / m for x, m in zip(cuts, metis_cuts)])
-            cells.append(f"{cut:.3f}, {t / tm:.2f}" + (f" [{min(cuts):.2f}-{max(cuts):.2f}]" if len(cuts) > 1 else "")
+            if not c.endswith("+mtk"):
+                paired[c] = max([paired[c]] + [x * metis_cuts[0] / m for x, m in zip(cuts, metis_cuts)])
+            cells.append(f"{cut:.3f}, {best[keys[0]] / tm:.2f}"
+                         + (f" [{min(cuts):.2f}-{max(cuts):.2f}]" if len(cuts) > 1 else "")
                          + ("" if imb <= 1.01 + 1e-9 else f" (imb {imb:.3f})"))
-            pieces.append(str(q["disconnected_parts"]))
+            pieces.append(str(qs[0]["disconnected_parts"]))
+        one = [best[(m, "1 thread")] / tm for m in ONE_THREAD]
+        for m, r in zip(ONE_THREAD, one):
+            worst_one[m] = max(worst_one[m], r)
         metis_cell = f"{tm:.3f}" + (f" [{m_lo:.2f}-{m_hi:.2f}]" if len(seeds) > 1 else "")
-        print(f"| {label} | {n} | {metis_cell} | " + " | ".join(cells) + " | " + ", ".join(pieces) + " |", flush=True)
+        print(f"| {label} | {n} | {metis_cell} | " + " | ".join(cells) + " | " + ", ".join(f"{r:.2f}" for r in one)
+              + " | " + ", ".join(pieces) + " |", flush=True)
     print("\nWorst over the meshes (cut / METIS, time / METIS): "
-          + "; ".join(f"{c} {w[0]:.3f}, {w[1]:.2f}" for c, w in worst.items()))
+          + "; ".join(f"{c} {w[0]:.3f}, {w[1]:.2f}" for c, w in worst.items())
+          + "; with one thread (MESHSHARD_THREADS=1, seed " + str(seeds[0]) + "): "
+          + ", ".join(f"{m} {w:.2f}" for m, w in worst_one.items()))
     if len(seeds) > 1:
         print(f"METIS itself over seeds {', '.join(map(str, seeds))}: its cut is {metis_spread[0]:.3f}-"
               f"{metis_spread[1]:.3f}x its seed-{seeds[0]} cut across the meshes. Worst cut / METIS's cut at the "

@@ -39,6 +39,7 @@ def test_bench_partition_engines_distributed_family():
     out = _run("bench_partition.py", 240, "--only", "engines,distributed,family")
     for mesh in ("vessel (tet)", "bodies (2D tri)", "shell (prism)", "boundary layer", "mixed (hex+prism)"):
         assert any(line.startswith(f"| {mesh}") for line in out.splitlines()), mesh
+    assert "with one thread (MESHSHARD_THREADS=1, seed 0): kdtree" in out  # the family table's one-thread column
     for label in ("graph engine=kaminpar", "graph engine=mtkahypar", "inertial plain", "inertial refined"):
         assert any(f"| {label} |" in line for line in out.splitlines()), label
     rows = [line for line in out.splitlines() if line.startswith(("| hilbert |", "| kdtree |"))]
