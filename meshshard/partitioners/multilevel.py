@@ -75,10 +75,18 @@ _MIN_SHRINK = 0.9
 #: FM stops a pass after max(_STALL, level nodes // _STALL_DIV) moves without a new best cut (measured:
 #: 32 and 100 gave the same worst cut on the gmsh family as 64 and 50, in 0.8-0.9x the time)
 _STALL, _STALL_DIV = 32, 100
-#: FM passes per level, at most; a pass that removes less than _MIN_GAIN of the cut is the last (measured on
-#: the gmsh family, seeds 0-1: 8 passes gave a mean refined cut of 0.986x / 1.009x METIS's for kdtree / hilbert
-#: where 4 gave 0.997x / 1.023x, for about 3% more time; 3 passes 1.015x / 1.043x)
+#: FM passes on the finest level (and in the repair), at most; a pass that removes less than _MIN_GAIN of the cut is
+#: the last (measured on the gmsh family, seeds 0-1, when every level had them: 8 passes gave a mean refined cut of
+#: 0.986x / 1.009x METIS's for kdtree / hilbert where 4 gave 0.997x / 1.023x, for about 3% more time; 3 passes
+#: 1.015x / 1.043x)
 _PASSES, _MIN_GAIN = 8, 1e-3
+#: ... and on the coarse levels of an uncoarsening (the finest one keeps _PASSES): the finest level's FM does most of
+#: the work (its cut ends ~0.85x the projected one, median over the gmsh family), the coarse levels' later passes
+#: little. Measured on the gmsh family at ~10k and ~100k, kdtree / hilbert / morton x seeds 0-5 (252 runs): mean
+#: refined cut / METIS's 0.9775 against 0.9768 with 8, runs above 1.15x 3 against 2 (the worst 1.33 against 1.30,
+#: hilbert on the ~10k boundary layer, seed 5); 1 pass 0.9853; 4 passes on the finest level 0.9903. Time at ~10k
+#: (interleaved with METIS, median of 15, sum over the 7 meshes): 0.93x / 0.94x the time with 8 (kdtree / hilbert)
+_COARSE_LEVEL_PASSES = 2
 #: FM passes on the start before the V-cycle (measured on the gmsh family at ~10k and ~100k, kdtree / hilbert /
 #: morton x seeds 0-2: 4 and 2 passes raised the mean refined cut / METIS's from 0.9685 to 0.9705 and 0.9712 for
 #: 2-3% less time in sum; they run beside the coarsening, which takes longer)
@@ -550,7 +558,8 @@ def _bisection_try(g, num_parts, bound, total, salt):
 
 def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w, salt):
     """Project ``a`` and its boundary candidates ``listed`` from level ``level + 1`` to ``level`` and refine it
-    there (at most ``_PASSES`` FM passes) -> ``(parts, listed, cut)``. ``quotient``: the parts' adjacency
+    there (at most ``_PASSES`` FM passes on the finest level, ``_COARSE_LEVEL_PASSES`` on the others) ->
+    ``(parts, listed, cut)``. ``quotient``: the parts' adjacency
     that guides rebalancing (see :func:`~meshshard.partitioners._refine_numba.quotient_graph`)."""
     cmap, g = levels[level]
     a = a[cmap].astype(_PART_DTYPE, copy=False)
@@ -559,7 +568,8 @@ def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w
     # largest, has little left to rebalance (measured: 0.9x the time of reaching max_w at the finest, same cuts)
     bound = max_w + (coarse_w - max_w) * max(level - 1, 0) / max(len(levels) - 1, 1)
     K.rebalance(*g, a, num_parts, bound, salt + level, _COARSE_ROUNDS if level else -1, *cands, *quotient)
-    cut = K.fm_refine(*g, a, num_parts, bound, _PASSES, _stall(a.shape[0]), _MIN_GAIN, salt + level, *cands)
+    cut = K.fm_refine(*g, a, num_parts, bound, _COARSE_LEVEL_PASSES if level else _PASSES, _stall(a.shape[0]),
+                      _MIN_GAIN, salt + level, *cands)
     return a, cands[0], cut
 
 
