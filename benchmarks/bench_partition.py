@@ -230,15 +230,18 @@ def bench_quality(gmsh_h: float, num_parts: int):
     worst_imb = {m: 0.0 for m in GEOMETRIC}  # absolute max part weight / mean, plain and refined
     worst_cut = {m: 0.0 for m in GEOMETRIC}  # refined cut / METIS cut, worst mesh
     for name, pts, ei in cases:
-        rep = 3 if pts.shape[0] < 100_000 else 1
-        g, tm = _timed(lambda: partition(pts, num_parts, "graph", edge_index=ei), rep)
+        runs = {("graph", True): lambda: partition(pts, num_parts, "graph", edge_index=ei)}
+        for m in GEOMETRIC:
+            runs[(m, False)] = lambda m=m: partition(pts, num_parts, m)
+            runs[(m, True)] = lambda m=m: partition(pts, num_parts, m, edge_index=ei)
+        out, best = _interleaved(runs, 3 if pts.shape[0] < 100_000 else 1)
+        g, tm = out[("graph", True)], best[("graph", True)]
         qg = partition_quality(g, ei)
         totals["graph"][0] += qg["edge_cut"]
         totals["graph"][1] += qg["edge_cut"]
         first = True
         for m in GEOMETRIC:
-            p0, t0 = _timed(lambda: partition(pts, num_parts, m), rep)
-            p1, t1 = _timed(lambda: partition(pts, num_parts, m, edge_index=ei), rep)
+            (p0, t0), (p1, t1) = ((out[(m, r)], best[(m, r)]) for r in (False, True))
             q0, q1 = partition_quality(p0, ei), partition_quality(p1, ei)
             totals[m][0] += q0["edge_cut"]
             totals[m][1] += q1["edge_cut"]
@@ -705,7 +708,8 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
 
 def bench_tries(sizes, num_parts: int, seeds, methods=("kdtree", "hilbert")):
     """``refine_tries=1`` against ``refine_tries=2`` on the gmsh family: cut / METIS's cut (METIS at the first seed)
-    and time / METIS's time, every seed, best of several runs each (the tries after the first run on threads)."""
+    and time / METIS's time, every seed, best of several interleaved rounds (:func:`_interleaved`; the tries after the
+    first run on threads)."""
     from meshshard.datasets.gmsh_meshes import GMSH_FAMILY
 
     print(f"\n## 8. refine_tries 1 vs 2 on the gmsh family, {num_parts} parts, seeds {', '.join(map(str, seeds))}: "
@@ -721,16 +725,20 @@ def bench_tries(sizes, num_parts: int, seeds, methods=("kdtree", "hilbert")):
             mesh = make(n_target)
             pts, ei = mesh.points, mesh.edge_index().numpy()
             n = pts.shape[0]
-            rep = 5 if n < 50_000 else 3
-            g, tm = _timed(lambda: partition(pts, num_parts, "graph", edge_index=ei, seed=seeds[0]), rep)
-            cm = partition_quality(g, ei)["edge_cut"]
+            runs = {("graph", 0, 0): lambda: partition(pts, num_parts, "graph", edge_index=ei, seed=seeds[0])}
+            for m, t in cols:
+                for s in seeds:
+                    runs[(m, t, s)] = lambda m=m, t=t, s=s: partition(pts, num_parts, m, edge_index=ei, seed=s,
+                                                                      refine_tries=t)
+            out, best = _interleaved(runs, 5 if n < 50_000 else 3)
+            tm = best[("graph", 0, 0)]
+            cm = partition_quality(out[("graph", 0, 0)], ei)["edge_cut"]
             cells = []
             for m, t in cols:
                 row_c, row_t = [], []
                 for s in seeds:
-                    p, ts = _timed(lambda: partition(pts, num_parts, m, edge_index=ei, seed=s, refine_tries=t), rep)
-                    row_c.append(partition_quality(p, ei)["edge_cut"] / cm)
-                    row_t.append(ts / tm)
+                    row_c.append(partition_quality(out[(m, t, s)], ei)["edge_cut"] / cm)
+                    row_t.append(best[(m, t, s)] / tm)
                 cuts[(m, t)] += row_c
                 times[(m, t)] += row_t
                 cells.append(f"{np.mean(row_c):.3f} [{min(row_c):.2f}-{max(row_c):.2f}], {np.mean(row_t):.2f}")
