@@ -57,7 +57,7 @@ class BasePartitioner:
             same result).
         refine_tries: independent V-cycles of the refinement, the lowest cut kept (default 1; see
             ``tries`` of :func:`~meshshard.partitioners.multilevel.multilevel_refine`): 2 gives a lower
-            and steadier cut for 1.36-1.42x the time with two CPUs.
+            and steadier cut for about 1.5x the time with two CPUs.
     """
 
     name = ""
