@@ -117,10 +117,6 @@ def _checked(assign, n: int, num_parts: int, engine: str) -> np.ndarray:
     return fill_empty_parts(assign, num_parts)
 
 
-#: METIS hands its freed work arrays back to the OS from this many adjacency entries on (see metis_assignment)
-_TRIM_MIN_ENTRIES = 1 << 20
-
-
 def metis_assignment(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -166,11 +162,8 @@ def metis_assignment(
         options=opts,
     )
     # METIS frees its work arrays (~6x adjncy) into the heap: measured on a 2M-node mesh, 132 MiB
-    # stayed resident for the rest of the run without this, 9 MiB with it. A small graph's few MiB are
-    # not worth it: the next computation faults the trimmed pages back in (measured at ~10k nodes: a
-    # refinement right after METIS took ~1 ms, ~15%, longer with the trim)
-    if indices.shape[0] >= _TRIM_MIN_ENTRIES:
-        release_free_heap()
+    # stayed resident for the rest of the run without this, 9 MiB with it (a small graph's few MiB stay)
+    release_free_heap()
     return _checked(result.vertex_part if hasattr(result, "vertex_part") else result[1], n, num_parts, "pymetis")
 
 

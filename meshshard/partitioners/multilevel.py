@@ -84,8 +84,9 @@ _PASSES, _MIN_GAIN = 8, 1e-3
 #: the work (its cut ends ~0.85x the projected one, median over the gmsh family), the coarse levels' later passes
 #: little. Measured on the gmsh family at ~10k and ~100k, kdtree / hilbert / morton x seeds 0-5 (252 runs): mean
 #: refined cut / METIS's 0.9775 against 0.9768 with 8, runs above 1.15x 3 against 2 (the worst 1.33 against 1.30,
-#: hilbert on the ~10k boundary layer, seed 5); 1 pass 0.9853; 4 passes on the finest level 0.9903. Time at ~10k
-#: (interleaved with METIS, median of 15, sum over the 7 meshes): 0.93x / 0.94x the time with 8 (kdtree / hilbert)
+#: hilbert on the ~10k boundary layer, seed 5); 1 pass 0.9853; 4 passes on the finest level (8 on the others) 0.9903,
+#: 6 (2 on the others) 0.9816. Time at ~10k (interleaved with METIS, median of 15, sum over the 7 meshes): 0.93x /
+#: 0.94x the time with 8 (kdtree / hilbert)
 _COARSE_LEVEL_PASSES = 2
 #: FM passes on the start before the V-cycle (measured on the gmsh family at ~10k and ~100k, kdtree / hilbert /
 #: morton x seeds 0-2: 4 and 2 passes raised the mean refined cut / METIS's from 0.9685 to 0.9705 and 0.9712 for

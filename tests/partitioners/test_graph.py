@@ -135,22 +135,6 @@ def test_metis_sees_only_symmetric_loop_free_graphs_and_gets_the_options(monkeyp
     assert len(calls) == 2
 
 
-def test_metis_hands_its_heap_back_only_for_large_graphs(monkeypatch):
-    """Trimming after a small METIS call only makes the next computation fault the pages back in."""
-    import meshshard.partitioners.graph as graph_mod
-
-    trims = []
-    monkeypatch.setattr(graph_mod, "release_free_heap", lambda: trims.append(1))
-    n = 40
-    ring = np.stack([np.arange(n), (np.arange(n) + 1) % n])
-    e = np.concatenate([ring, ring[::-1]], axis=1)
-    assert min(partition(None, 4, "graph", edge_index=e, num_nodes=n).sizes) > 0
-    assert trims == []
-    monkeypatch.setattr(graph_mod, "_TRIM_MIN_ENTRIES", 2 * n)  # the ring's CSR entries
-    partition(None, 4, "graph", edge_index=e, num_nodes=n)
-    assert trims == [1]
-
-
 def test_graph_several_components(data_dir):
     # three disjoint copies of a real mesh plus isolated nodes: parts non-empty, balanced, and the
     # cut no worse than cutting each copy on its own would need
