@@ -17,7 +17,7 @@ _MASK32 = _U(0xFFFFFFFF)
 _BLOCK = 1024  # points per block of the Hilbert walk
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _spread3(x):
     """Two zero bits between the low 21 bits of ``x`` (magic-number bit spreading, five shift-or-mask steps)."""
     x &= _U(0x1FFFFF)
@@ -29,7 +29,7 @@ def _spread3(x):
     return x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _spread2(x):
     """One zero bit between the low 32 bits of ``x`` (as :func:`_spread3`)."""
     x &= _MASK32
@@ -41,7 +41,7 @@ def _spread2(x):
     return x
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _morton_range(x, y, z, b0, b1, out):
     """Morton keys of points ``b0 .. b1 - 1`` into ``out[:b1 - b0]`` (``z`` empty in 2D). The dimension test
     stays outside the loop: a per-point helper taking the arrays ran 5x slower."""
@@ -53,7 +53,7 @@ def _morton_range(x, y, z, b0, b1, out):
             out[i - b0] = _spread2(x[i]) | (_spread2(y[i]) << _U(1))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # the start runs beside multilevel_refine's coarsening thread
 def morton_kernel(x, y, z):
     """Morton keys of grid coordinates.
 
@@ -69,7 +69,7 @@ def morton_kernel(x, y, z):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # the start runs beside multilevel_refine's coarsening thread
 def hilbert_kernel(x, y, z, total_bits, step_bits, step_start, tables):
     """Hilbert keys of grid coordinates by the packed state tables of :mod:`~meshshard.partitioners.sfc`.
 

@@ -5,19 +5,9 @@ from typing import Optional
 
 import numpy as np
 
+from meshshard.partitioners._cuts_numba import split_at, widest_axis_values
+
 __all__ = ["rcb_assignment"]
-
-
-def _first_by_value_then_id(values: np.ndarray, ids: np.ndarray, count: int) -> np.ndarray:
-    """Mask of the ``count >= 1`` items first in ``(value, id)`` order, in linear time."""
-    pivot = np.partition(values, count - 1)[count - 1]
-    left = values < pivot
-    tied = np.flatnonzero(values == pivot)
-    need = count - int(left.sum())
-    if need < tied.size:
-        tied = tied[np.argpartition(ids[tied], need - 1)[:need]] if need else tied[:0]
-    left[tied] = True
-    return left
 
 
 def rcb_assignment(points: np.ndarray, num_parts: int, weights: Optional[np.ndarray] = None) -> np.ndarray:
@@ -27,8 +17,9 @@ def rcb_assignment(points: np.ndarray, num_parts: int, weights: Optional[np.ndar
     ``k // 2`` and ``k - k // 2`` parts at the position that splits the weight in the same ratio
     (7 parts: 3:4 by weight), so any ``num_parts`` comes out balanced, not only powers of two.
     The order along the axis is by coordinate, ties by global id, so the result does not depend
-    on the order of the points (and a distributed run can reproduce it). Unweighted cuts use
-    ``np.partition`` (linear time, no full sort); weighted cuts sort the box's coordinates along
+    on the order of the points (and a distributed run can reproduce it). Unweighted cuts are
+    compiled passes around a linear-time selection (``np.partition``, no full sort; see
+    :mod:`~meshshard.partitioners._cuts_numba`); weighted cuts sort the box's coordinates along
     the cut axis once.
 
     Args:
@@ -40,7 +31,11 @@ def rcb_assignment(points: np.ndarray, num_parts: int, weights: Optional[np.ndar
         int64 ``[N]`` part ids; every part non-empty.
     """
     n, dim = points.shape
-    cols = [np.ascontiguousarray(points[:, j]) for j in range(dim)]
+    if weights is None:  # compiled passes around numpy's selection (widest_axis_values, split_at)
+        coords = np.ascontiguousarray(points.T)
+        half = np.asarray(0.5, dtype=points.dtype)
+    else:
+        cols = [np.ascontiguousarray(points[:, j]) for j in range(dim)]
     idx = np.arange(n, dtype=np.int64)
     assign = np.empty(n, dtype=np.int64)
     stack = [(0, n, 0, num_parts)]  # segment [start, end) of idx, first part id, parts in it
@@ -49,21 +44,22 @@ def rcb_assignment(points: np.ndarray, num_parts: int, weights: Optional[np.ndar
         if k == 1:
             assign[idx[start:end]] = first
             continue
-        seg = idx[start:end]
-        m = end - start
         k_left = k // 2
         k_right = k - k_left
-        vals = [c.take(seg) for c in cols]
-        extents = [float(v.max() * 0.5 - v.min() * 0.5) for v in vals]  # halves: no overflow near 1e308
-        axis = int(np.argmax(extents))  # first axis on ties: deterministic
-        v = vals[axis]
-        del vals
+        m = end - start
         if weights is None:
+            v = widest_axis_values(coords, half, idx, start, end)
             n_left = int(round(m * k_left / k))
             n_left = min(max(n_left, k_left), m - k_right)  # every part keeps >= 1 node
-            left = _first_by_value_then_id(v, seg, n_left)
-            idx[start:end] = np.concatenate([seg[left], seg[~left]])
+            split_at(v, np.partition(v, n_left - 1)[n_left - 1], idx, start, end, n_left)
+            del v
         else:
+            seg = idx[start:end]
+            vals = [c.take(seg) for c in cols]
+            extents = [float(v.max() * 0.5 - v.min() * 0.5) for v in vals]  # halves: no overflow near 1e308
+            axis = int(np.argmax(extents))  # first axis on ties: deterministic
+            v = vals[axis]
+            del vals
             order = np.lexsort((seg, v))  # by value, ties by global id
             cum = np.cumsum(weights.take(seg.take(order)))
             target = cum[-1] * k_left / k
@@ -74,8 +70,7 @@ def rcb_assignment(points: np.ndarray, num_parts: int, weights: Optional[np.ndar
             n_left = lo if target - w_lo <= w_hi - target else hi
             n_left = min(max(n_left, k_left), m - k_right)
             idx[start:end] = seg.take(order)
-            del order
-        del v
+            del order, v
         stack.append((start + n_left, end, first + k_left, k_right))
         stack.append((start, start + n_left, first, k_left))
     return assign
