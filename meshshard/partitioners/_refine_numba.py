@@ -27,6 +27,13 @@ _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
 
 
+#: fm_refine keeps rows of each node's edge weight to every part (float64 + int32 ``[n, P]``, 1.5 MB) up to this many
+#: entries; above, it tallies each node's edges per rating. Measured on the FM calls of the saved gmsh family (2 shared
+#: cores, 7 parts): rows took 0.85x the tallies' time at ~10k nodes, but 1.09x at ~100k when every level had them
+#: (8.4 MB of rows read at random); with this bound, 0.98x at ~100k (its coarse levels have rows)
+_ROW_ENTRIES = 1 << 17
+
+
 @njit(cache=True, inline="always")
 def _mix(x, salt):
     """splitmix64 of ``x`` and ``salt`` (uint64): the deterministic tie-break."""
@@ -346,14 +353,17 @@ def _untally(conn, touched, nt):
 @njit(cache=True, inline="always")
 def _feasible_target(u, own, vw, part_w, max_w, conn, touched, nt):
     """Among the parts ``touched[:nt]`` tallied in ``conn``, the one other than ``own`` with the most edge
-    weight to ``u`` that stays within ``max_w`` with ``u`` (ties: the lighter) -> ``(part or -1, weight)``."""
+    weight to ``u`` that stays within ``max_w`` with ``u`` (ties: the lighter, then the lower id) -> ``(part or -1,
+    weight)``."""
     best, best_c = -1, -1.0
     for i in range(nt):
         p = touched[i]
         if p == own or part_w[p] + vw[u] > max_w:
             continue
         c = conn[p]
-        if c > best_c or (c == best_c and part_w[p] < part_w[best]):
+        # ties: the lighter part, then the lower id, an order of the parts alone (fm_refine's rows list the parts in
+        # part order, a tally in edge order); written out: an inlined helper for it cost 15% of fm_refine's time
+        if c > best_c or (c == best_c and (part_w[p] < part_w[best] or (part_w[p] == part_w[best] and p < best))):
             best, best_c = p, c
     return best, best_c
 
@@ -386,6 +396,52 @@ def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
     """:func:`_scan_move`'s ``(gain, target)``."""
     gain, best, _, _ = _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
     return gain, best
+
+
+@njit(cache=True, inline="always")
+def _fill_row(u, indptr, indices, data, assign, row_w, row_n):
+    """Tally ``u``'s edges into its rows of ``row_w`` (edge weight to each part, in edge order as :func:`_tally`)
+    and ``row_n`` (edge count to each part)."""
+    for p in range(row_w.shape[1]):
+        row_w[u, p] = 0.0
+        row_n[u, p] = 0
+    for e in range(indptr[u], indptr[u + 1]):
+        p = assign[indices[e]]
+        row_w[u, p] += data[e]
+        row_n[u, p] += 1
+
+
+@njit(cache=True, inline="always")
+def _row_move(u, own, vw, part_w, max_w, row_w, row_n):
+    """:func:`_scan_move` of ``u`` (in part ``own``) from its rows (see :func:`_fm_passes`): P numbers, not its
+    edges."""
+    best, best_c = -1, -1.0
+    out = 0.0
+    boundary = False
+    wu = vw[u]
+    for p in range(row_w.shape[1]):
+        if p == own or row_n[u, p] == 0:
+            continue
+        boundary = True
+        c = row_w[u, p]
+        out += c
+        if part_w[p] + wu <= max_w and (c > best_c or (c == best_c and (part_w[p] < part_w[best] or (
+                part_w[p] == part_w[best] and p < best)))):
+            best, best_c = p, c
+    return best_c - max(row_w[u, own], 0.0), best, out, boundary
+
+
+@njit(cache=True, inline="always")
+def _shift_rows(u, src, t, indptr, indices, data, has_row, row_w, row_n):
+    """``u`` moved from ``src`` to ``t``: its neighbours' rows follow (a count back at 0 zeroes the weight: float
+    weights leave no residue)."""
+    for e in range(indptr[u], indptr[u + 1]):
+        v = indices[e]
+        if has_row[v]:
+            row_n[v, src] -= 1
+            row_w[v, src] = row_w[v, src] - data[e] if row_n[v, src] else 0.0
+            row_n[v, t] += 1
+            row_w[v, t] += data[e]
 
 
 @njit(cache=True, inline="always")
@@ -553,6 +609,28 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     kept gain; recounted only when ``max_passes < 1``).
     """
     n = assign.shape[0]
+    if n * num_parts <= _ROW_ENTRIES:
+        return _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt,
+                          listed, cand, count, np.empty((0, 0)))
+    return _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt,
+                      listed, cand, count, np.empty(0))
+
+
+@njit(cache=True, nogil=True)
+def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt, listed,
+               cand, count, rows):
+    """:func:`fm_refine`'s passes. ``rows`` 2-D (any shape): each node rated keeps rows of its edge weight and edge
+    count to every part (float64 and int32 ``[n, P]``), updated as its neighbours move (the rollback included), so
+    rating it again reads P numbers instead of its edges; the moves' neighbours, re-rated after every move, are
+    most of the ratings. ``rows`` 1-D: every rating tallies the node's edges. The two are separate compilations
+    (``rows.ndim`` is a constant to numba, which drops the other branch: a run-time switch between them made the
+    tally kernel ~1.4x slower), and they rate every node alike, so they return the same partition for integer
+    weights (for float weights the rows' sums may differ in the last bits). Measured: see ``_ROW_ENTRIES``. The
+    "fill the row if missing, then rate from it" steps are written out at each rating: as one inlined helper (a
+    branch inside) they made the passes 1.3x slower."""
+    n = assign.shape[0]
+    row_w = np.empty((n if rows.ndim == 2 else 0, num_parts))
+    row_n = np.empty((row_w.shape[0], num_parts), dtype=np.int32)
     part_w, sizes = part_loads(assign, vw, num_parts)
     conn = np.full(num_parts, -1.0)
     touched = np.empty(num_parts, dtype=np.int64)
@@ -570,6 +648,7 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     # a node with no feasible move is re-rated only once one of its neighbouring parts has room for it
     # (up to 64 parts: those parts as a bit mask; more: re-rated every pass)
     no_room = np.zeros(n if num_parts <= 64 else 0, dtype=np.uint64)
+    has_row = np.zeros(row_w.shape[0], dtype=np.bool_)
     cut = 0.0  # twice the cut: every cut edge is counted from both ends
     for pass_ in range(max_passes):
         s = np.uint64(salt) * np.uint64(1009) + np.uint64(pass_)
@@ -579,7 +658,13 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
             u = cand[i]
             if dirty[u] or (tgt_c[u] < 0 and _room_in(u, no_room, vw, part_w, max_w)):
                 dirty[u] = False
-                g, t, out, boundary = _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+                if rows.ndim == 2:
+                    if not has_row[u]:
+                        has_row[u] = True
+                        _fill_row(u, indptr, indices, data, assign, row_w, row_n)
+                    g, t, out, boundary = _row_move(u, assign[u], vw, part_w, max_w, row_w, row_n)
+                else:
+                    g, t, out, boundary = _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
                 if not boundary:
                     listed[u] = False
                     continue
@@ -602,13 +687,21 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
             src = assign[u]
             if sizes[src] <= 1:
                 continue
-            g2, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+            if rows.ndim == 2:
+                if not has_row[u]:
+                    has_row[u] = True
+                    _fill_row(u, indptr, indices, data, assign, row_w, row_n)
+                g2, t, _, _ = _row_move(u, src, vw, part_w, max_w, row_w, row_n)
+            else:
+                g2, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
             if t < 0:
                 continue
             if g2 != g:  # stale entry (a neighbour moved or a part filled up): queue the fresh gain
                 size = _push(hk, ht, hn, size, g2, _mix(u, s), u)
                 continue
             assign[u] = t
+            if rows.ndim == 2:
+                _shift_rows(u, src, t, indptr, indices, data, has_row, row_w, row_n)
             part_w[src] -= vw[u]
             part_w[t] += vw[u]
             sizes[src] -= 1
@@ -628,13 +721,21 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
                 # a node of t only lost gain (its queued entry is re-rated when popped) unless src, too full
                 # for it before, now has room
                 if not locked[v] and (assign[v] != t or src_before + vw[v] > max_w):
-                    gv, tv = _best_move(v, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
+                    if rows.ndim == 2:
+                        if not has_row[v]:
+                            has_row[v] = True
+                            _fill_row(v, indptr, indices, data, assign, row_w, row_n)
+                        gv, tv, _, _ = _row_move(v, assign[v], vw, part_w, max_w, row_w, row_n)
+                    else:
+                        gv, tv = _best_move(v, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
                     if tv >= 0:
                         size = _push(hk, ht, hn, size, gv, _mix(v, s), v)
         for i in range(nmoves - 1, best_len - 1, -1):  # roll back past the best prefix
             u, src = log_node[i], log_from[i]
             t = assign[u]
             assign[u] = src
+            if rows.ndim == 2:
+                _shift_rows(u, t, src, indptr, indices, data, has_row, row_w, row_n)
             part_w[t] -= vw[u]
             part_w[src] += vw[u]
             sizes[t] -= 1
@@ -725,7 +826,7 @@ def _rebalance_move(u, indptr, indices, data, assign, vw, part_w, max_w, dist, s
             if p == own or dist[p] >= dist[own] or part_w[p] + vw[u] > start_w[own]:
                 continue
             c = conn[p]
-            if c > best_c or (c == best_c and part_w[p] < part_w[best]):
+            if c > best_c or (c == best_c and (part_w[p] < part_w[best] or (part_w[p] == part_w[best] and p < best))):
                 best, best_c = p, c
     gain = best_c - max(conn[own], 0.0)
     _untally(conn, touched, nt)

@@ -332,3 +332,40 @@ def test_refined_cut_on_a_lexicographically_numbered_hex_lattice():
         for seed in range(4):
             q = partition_quality(partition(pts, 7, method, edge_index=ei, seed=seed), ei)
             assert q["edge_cut"] <= 1.06 * metis and q["imbalance"] <= 1.01 + 1e-12, (method, seed, q["edge_cut"] / metis)
+
+
+def test_fm_rows_and_tallies_give_the_same_partition():
+    """fm_refine rates nodes from per-node rows of edge weight to every part (kept up to date as neighbours
+    move and moves roll back) when n * P is small, else by tallying edges per rating: two compilations of
+    _fm_passes that must give the same partition and cut for integer weights (zero-weight edges included)."""
+    from meshshard.partitioners import _refine_numba as K
+    from meshshard.partitioners.multilevel import _csr
+
+    rng = np.random.default_rng(4)
+    ei, _ = _grid(20)
+    n = 400
+    extra = rng.integers(0, n, (2, 300))  # irregular degrees on top of the grid
+    extra = extra[:, extra[0] != extra[1]]
+    ei = np.concatenate([ei, extra, extra[::-1]], axis=1)
+    key = np.unique(ei[0] * n + ei[1])
+    ei = np.stack([key // n, key % n])
+    ew = rng.integers(0, 4, ei.shape[1]).astype(float)  # zero-weight edges too
+    ew = np.maximum(ew, ew[np.searchsorted(key, ei[1] * n + ei[0])])  # symmetric weights
+    indptr, indices, data = _csr(ei, n, ew)
+    moved = 0
+    for parts in (2, 7, 16):
+        for trial in range(4):
+            start = rng.integers(0, parts, n)
+            vw = rng.integers(1, 4, n).astype(float)
+            bound = float(np.bincount(start, weights=vw, minlength=parts).max()) * 1.02
+            out = []
+            for rows in (np.empty((0, 0)), np.empty(0)):
+                a = start.copy()
+                cands = K.boundary_candidates(indptr, indices, a)
+                cut = K._fm_passes(indptr, indices, data, vw, a, parts, bound, 8, 16, 0.0, trial, *cands, rows)
+                out.append((a, cut, cands[1][: cands[2][0]].copy()))
+            assert np.array_equal(out[0][0], out[1][0]) and out[0][1] == out[1][1], (parts, trial)
+            assert np.array_equal(out[0][2], out[1][2])  # the same candidate lists
+            assert out[0][1] == K.cut_weight(indptr, indices, data, out[0][0])
+            moved += int(not np.array_equal(out[0][0], start))
+    assert moved == 12
