@@ -637,7 +637,8 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
         has_mtk = False
     print(f"\n## 7. unseen geometries (issue 13), {num_parts} parts: cut / METIS cut, time / METIS time "
           f"(geometric partition + refinement, seed {seeds[0]}; numba JIT loaded once first, {t_jit:.1f} s)"
-          + (f"; [range of the cut over seeds {', '.join(map(str, seeds))}]" if len(seeds) > 1 else "") + "\n")
+          + (f"; [range of the cut over seeds {', '.join(map(str, seeds))} / the slowest seed's time]" if len(seeds) > 1
+             else "") + "\n")
     cols = ["kdtree", "hilbert", "morton"] + (["kdtree+mtk", "hilbert+mtk"] if has_mtk else [])
     metis_head = "METIS time [s]" + (" [its cut over the seeds / seed " + str(seeds[0]) + "'s]" if len(seeds) > 1 else "")
     print(f"| mesh | N | {metis_head} | " + " | ".join(f"{c} cut, time" for c in cols)
@@ -686,7 +687,7 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
             if not c.endswith("+mtk"):
                 paired[c] = max([paired[c]] + [x * metis_cuts[0] / m for x, m in zip(cuts, metis_cuts)])
             cells.append(f"{cut:.3f}, {best[keys[0]] / tm:.2f}"
-                         + (f" [{min(cuts):.2f}-{max(cuts):.2f}]" if len(cuts) > 1 else "")
+                         + (f" [{min(cuts):.2f}-{max(cuts):.2f} / {tr:.2f}]" if len(cuts) > 1 else "")
                          + ("" if imb <= 1.01 + 1e-9 else f" (imb {imb:.3f})"))
             pieces.append(str(qs[0]["disconnected_parts"]))
         one = [best[(m, "1 thread")] / tm for m in ONE_THREAD]

@@ -3,9 +3,9 @@
 "Sort the items by (value, id), then cut the sequence where the prefix weight is nearest each
 target fraction" is what RCB and the space-filling curves need. A full sort costs
 ``O(n log n)``; here the items are first counted into monotone buckets, and only the few buckets a
-cut falls in are sorted, in one compiled pass (:func:`~meshshard.partitioners._cuts_numba.bucketed_runs`). The answer is the same as the full sort's (for integer
-weights, bit for bit); the full sort remains as the fallback when minimum run sizes push a cut out
-of its bucket (tiny inputs, extreme weights).
+cut falls in are sorted, in one compiled pass (:func:`~meshshard.partitioners._cuts_numba.bucketed_runs`).
+The answer is the same as the full sort's (for integer weights, bit for bit); the full sort remains
+as the fallback when minimum run sizes push a cut out of its bucket (tiny inputs, extreme weights).
 """
 from __future__ import annotations
 

@@ -605,6 +605,9 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     :func:`boundary_candidates`): a superset of the boundary nodes, which a pass scans instead of all n;
     kept a superset (the nodes next to kept moves join it).
 
+    Up to ``_ROW_ENTRIES`` entries ``n * P``, the ratings come from rows of each node's edge weight to every part,
+    kept up to date as nodes move, else from a tally of the node's edges (:func:`_fm_passes`; the same partition).
+
     Returns the cut weight after the passes (counted in the first pass, then lowered by each pass's
     kept gain; recounted only when ``max_passes < 1``).
     """
