@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from meshshard import distributed as msd
-from meshshard.partitioners._cuts import _enforce_min_sizes
+from meshshard.partitioners._cuts_numba import enforce_min_sizes
 from meshshard.partitioners._validate import as_points, check_num_parts, to_numpy
 from meshshard.partitioners.sfc import hilbert_keys, morton_keys
 
@@ -200,7 +200,7 @@ def _curve_assignment(pts, w, total, gid, offsets, num_parts, method, world, gro
     cum_k, cum_below = msd.all_reduce(torch.from_numpy(vals), group=group).numpy()
     take_below = (k > 0) & ((targets - cum_below) <= (cum_k - targets))
     pos = np.where(take_below, below, k)
-    pos = _enforce_min_sizes(pos, np.ones(num_parts, dtype=np.int64), n)
+    pos = enforce_min_sizes(pos.astype(np.int64), np.ones(num_parts, dtype=np.int64), n)
 
     part = np.searchsorted(pos, start + np.arange(block), side="right").astype(np.int64)
     origin = np.searchsorted(offsets[1:], ids, side="right")

@@ -13,33 +13,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from meshshard.partitioners._cuts_numba import bucketed_runs
+from meshshard.partitioners._cuts_numba import bucketed_runs, enforce_min_sizes, nearest_prefixes
 
 __all__ = ["balanced_runs"]
 
 _NO_WEIGHTS = np.empty(0)  # bucketed_runs' "unit weights"
-
-
-def _nearest_prefix(prefix_end: np.ndarray, start: float, targets: np.ndarray) -> np.ndarray:
-    """For each target, the count ``k`` of leading items whose prefix weight is nearest it.
-
-    ``prefix_end[i]`` is the weight of items ``0..i``; ``start`` the weight before item 0.
-    Ties go to the shorter prefix.
-    """
-    cum = np.concatenate([[start], prefix_end])
-    k = np.searchsorted(cum, targets, side="left")  # first prefix >= target
-    k = np.clip(k, 0, cum.shape[0] - 1)
-    below = np.maximum(k - 1, 0)
-    take_below = (k > 0) & ((targets - cum[below]) <= (cum[k] - targets))
-    return np.where(take_below, below, k)
-
-
-def _enforce_min_sizes(pos: np.ndarray, run_min: np.ndarray, n: int) -> np.ndarray:
-    """Move cut positions the least so that run ``r`` holds at least ``run_min[r]`` items."""
-    lower = np.cumsum(run_min)[:-1]
-    upper = n - np.cumsum(run_min[::-1])[::-1][1:]
-    shifted = np.clip(pos, lower, upper) - lower
-    return np.maximum.accumulate(shifted) + lower
 
 
 def _runs_from_order(order: np.ndarray, pos: np.ndarray, n: int) -> np.ndarray:
@@ -89,9 +67,8 @@ def balanced_runs(
     if n > 1 and (ordered[1:] == ordered[:-1]).any():
         order = np.argsort(values, kind="stable")
     w = np.ones(n) if weights is None else weights[order]
-    pos = _nearest_prefix(np.cumsum(w), 0.0, targets)
-    pos = _enforce_min_sizes(pos, run_min, n)
-    return _runs_from_order(order, pos, n)
+    pos = nearest_prefixes(np.concatenate([[0.0], np.cumsum(w)]), np.ascontiguousarray(targets, np.float64))
+    return _runs_from_order(order, enforce_min_sizes(pos, run_min, n), n)
 
 
 def _bucketed(values, weights, targets, run_min, bucket, num_buckets) -> Optional[np.ndarray]:

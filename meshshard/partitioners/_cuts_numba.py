@@ -12,13 +12,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["bucketed_runs", "split_at", "widest_axis_values"]
+__all__ = ["bucketed_runs", "enforce_min_sizes", "nearest_prefixes", "split_at", "widest_axis_values"]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, inline="always")
 def _nearest_prefix(cum, target):
     """Count ``k`` of leading items whose prefix weight ``cum[k]`` (``cum[0]``: the weight before them) is
-    nearest ``target``; ties go to the shorter prefix (as ``_cuts._nearest_prefix``)."""
+    nearest ``target``; ties go to the shorter prefix."""
     k = np.searchsorted(cum, target, side="left")
     k = min(max(k, 0), cum.shape[0] - 1)
     below = max(k - 1, 0)
@@ -28,8 +28,18 @@ def _nearest_prefix(cum, target):
 
 
 @njit(cache=True, nogil=True)
-def _enforce_min_sizes(pos, run_min, n):
-    """``_cuts._enforce_min_sizes``: move the cuts ``pos`` the least so run ``r`` holds ``run_min[r]`` items."""
+def nearest_prefixes(cum, targets):
+    """:func:`_nearest_prefix` of every target -> int64 ``[len(targets)]`` (``cum`` float64 ``[m + 1]``, non-decreasing)."""
+    out = np.empty(targets.shape[0], dtype=np.int64)
+    for j in range(targets.shape[0]):
+        out[j] = _nearest_prefix(cum, targets[j])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def enforce_min_sizes(pos, run_min, n):
+    """Move the cut positions ``pos`` (int64 ``[R - 1]``, non-decreasing) the least so that run ``r`` of ``n`` items
+    holds at least ``run_min[r]`` (int64 ``[R]``) -> int64 ``[R - 1]``."""
     r = run_min.shape[0]
     lower = np.cumsum(run_min)[:-1]
     upper = n - np.cumsum(run_min[::-1])[::-1][1:]
@@ -106,16 +116,14 @@ def bucketed_runs(values, weights, targets, run_min, bucket, num_buckets):
         before = cum_w[b - 1] if b > 0 else 0.0
         cum = np.empty(seg.shape[0] + 1)
         cum[0] = before
-        if weighted:
-            part = np.cumsum(weights[seg])
-        else:
-            part = np.cumsum(np.ones(seg.shape[0]))
+        inside = 0.0  # the bucket's own prefix, added to ``before`` at each item (the order of the numpy passes)
         for q in range(seg.shape[0]):
-            cum[q + 1] = before + part[q]
+            inside += weights[seg[q]] if weighted else 1.0
+            cum[q + 1] = before + inside
         for j in range(cuts):
             if cut_bucket[j] == b:
                 pos[j] = cum_n[b] + _nearest_prefix(cum, targets[j])
-    fixed = _enforce_min_sizes(pos, run_min, n)
+    fixed = enforce_min_sizes(pos, run_min, n)
     run = np.empty(n, dtype=np.int64)
     for j in range(cuts):
         if fixed[j] < cum_n[cut_bucket[j]] or fixed[j] > cum_n[cut_bucket[j] + 1]:
