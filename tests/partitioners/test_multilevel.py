@@ -346,9 +346,10 @@ def test_the_refined_start_seeds_the_v_cycle_and_competes_with_it(data_dir, monk
 
 def test_coarsest_level_prefers_connected_parts(monkeypatch):
     # on a ring of 8, the start's halves are connected; the regrown tries (stubbed) put each part in two
-    # pieces too heavy to merge within the slack, and FM (stubbed) rates them lower: the connected try still
-    # wins; when every try is in pieces, one more try merges all pieces and rebalances, and its connected
-    # parts win; if that too stays in pieces, the lowest cut does
+    # pieces too heavy to merge within the slack, and FM (stubbed) rates them lower: the connected try wins
+    # over them; as the lowest cut is in pieces, one more try merges its pieces and rebalances, and it wins
+    # where FM rates it below the connected try; when every try is in pieces, that merged try's connected parts
+    # win; if it too stays in pieces, the lowest cut does
     import meshshard.partitioners.multilevel as ML
 
     ring = np.array([np.arange(8), (np.arange(8) + 1) % 8])
@@ -356,10 +357,20 @@ def test_coarsest_level_prefers_connected_parts(monkeypatch):
     halves, split, split2 = (np.array(p) for p in ([0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 1, 0, 0, 1, 1],
                                                     [1, 0, 0, 1, 1, 0, 0, 1]))
     fake_cut = {tuple(halves): 10.0, tuple(split): 4.0, tuple(split2): 6.0}
-    monkeypatch.setattr(ML.K, "fm_refine", lambda *args: fake_cut.get(tuple(args[4]), 8.0))
+    merged_cut = [12.0]  # FM's rating of any other parts (the merged try's)
+    monkeypatch.setattr(ML.K, "fm_refine", lambda *args: fake_cut.get(tuple(args[4]), merged_cut[0]))
     monkeypatch.setattr(ML.K, "grow_parts", lambda *args: split.copy())
+    tried = []
+    real_try = ML._coarsest_try
+    monkeypatch.setattr(ML, "_coarsest_try", lambda g, start, *a: tried.append(start.copy()) or real_try(g, start, *a))
     got, _ = ML._coarsest(g, halves.copy(), 2, 4.04, 8.0, 0, grow=True)
     assert np.array_equal(got, halves)
+    assert len(tried) == 4 and np.array_equal(tried[3], split)  # the merge starts from the lowest cut in pieces
+    merged_cut[0] = 8.0
+    got, _ = ML._coarsest(g, halves.copy(), 2, 4.04, 8.0, 0, grow=True)
+    assert K.label_components(g[0], g[1], got)[1] == 2 and not np.array_equal(got, halves)  # merged, whole
+    monkeypatch.setattr(ML, "_coarsest_try", real_try)
+    merged_cut[0] = 12.0
     got, _ = ML._coarsest(g, split2.copy(), 2, 4.04, 8.0, 0, grow=True)  # every try in pieces
     assert K.label_components(g[0], g[1], got)[1] == 2 and np.bincount(got).max() <= 5  # merged, rebalanced
     assert not np.array_equal(got, split)
