@@ -88,10 +88,13 @@ _PASSES, _MIN_GAIN = 8, 1e-3
 #: 6 (2 on the others) 0.9816. Time at ~10k (interleaved with METIS, median of 15, sum over the 7 meshes): 0.93x /
 #: 0.94x the time with 8 (kdtree / hilbert)
 _COARSE_LEVEL_PASSES = 2
-#: FM passes on the start before the V-cycle (measured on the gmsh family at ~10k and ~100k, kdtree / hilbert /
-#: morton x seeds 0-2: 4 and 2 passes raised the mean refined cut / METIS's from 0.9685 to 0.9705 and 0.9712 for
-#: 2-3% less time in sum; they run beside the coarsening, which takes longer)
-_START_PASSES = 8
+#: FM passes on the start before the V-cycle. Measured on the saved gmsh family at ~10k and ~100k, kdtree / hilbert /
+#: morton x seeds 0-5 (252 runs), once the coarsest level merged the pieces of its lowest-cut try: 4 passes gave a
+#: mean refined cut / METIS's of 0.9740 against 0.9759 with 8 (3 passes 0.9750), the same worst runs and no forced
+#: repair, in 0.96-0.97x the one-thread time at ~10k (no clear change with two threads: the start runs beside the
+#: coarsening, which mostly takes longer). Before that change, 4 passes led a hilbert run on the ~10k vessel into
+#: the forced repair (1.5x the time) and 2 passes left a hilbert cut at 1.17x.
+_START_PASSES = 4
 #: a level with at least this many CSR entries is contracted in two halves when a second thread waits (_contract)
 _SPLIT_NNZ = 100_000
 #: part ids inside the refinement (the result is int64): FM and rebalancing read a neighbour's part per edge
