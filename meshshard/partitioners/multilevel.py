@@ -50,9 +50,10 @@ and keeps the lowest cut. The refined cut is a draw: the same algorithm with onl
 (three offsets, saved gmsh family, kdtree / hilbert / morton x seeds 0-5, 252 runs each) gave a mean cut /
 METIS's of 0.980-0.987 and 1-10 runs above 1.15x (measured when a V-cycle still uncoarsened twice; a second
 try sharing the first's hierarchy was not enough then: the draws need their own matchings). With two tries
-(``bench_partition.py --only tries``, 2 shared cores, ~10k and ~100k family meshes, seeds 0-5): kdtree's mean
-cut / METIS's 0.9391 against 0.9529, hilbert's 0.9578 against 0.9782, no run above 1.15x against 0 and 2 of
-84, for 1.47x and 1.48x the time (1.36x and 1.42x when the coarse levels still ran 8 FM passes).
+(``bench_partition.py --only tries``, 2 shared cores, ~10k and ~100k family meshes, seeds 0-5, 28 Nov 2026):
+kdtree's mean cut / METIS's 0.9453 against 0.9577, hilbert's 0.9625 against 0.9750, worst 1.04 / 1.10 against
+1.10 / 1.11, for 1.40x and 1.45x the time (27 Nov, before the coarsest level merged its lowest-cut try in
+pieces: hilbert's runs above 1.15x went from 2 of 84 to none, for 1.47x and 1.48x the time).
 """
 from __future__ import annotations
 
@@ -262,9 +263,8 @@ def multilevel_refine(
             lowest cut is kept (the ties: the first). The tries after the first run on threads beside
             it (their result does not depend on the threads). Measured on 2 shared cores, kdtree and
             hilbert on the gmsh family at ~10k and ~100k nodes, seeds 0-5 (``bench_partition.py --only
-            tries``): ``tries=2`` took 1.47x and 1.48x the time of ``tries=1`` and lowered the mean cut /
-            METIS's from 0.953 to 0.939 (kdtree) and from 0.978 to 0.958 (hilbert), hilbert's runs above
-            1.15x from 2 of 84 to none.
+            tries``): ``tries=2`` took 1.40x and 1.45x the time of ``tries=1`` and lowered the mean cut /
+            METIS's from 0.958 to 0.945 (kdtree) and from 0.975 to 0.963 (hilbert).
 
     Returns:
         int64 ``[N]`` refined part ids; parts stay non-empty.
