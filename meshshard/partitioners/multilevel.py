@@ -452,22 +452,23 @@ def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float
             ca = np.empty(nc, dtype=a.dtype)
             ca[cmap] = a
             a = ca
-        g = _contract(g, cmap, mate, nc, helper)
+        g = _contract(g, cmap, mate, nc, helper, unit and depth == 0)
         depth += 1
     return levels, g, a if a.shape[0] else np.zeros(g[0].shape[0] - 1, dtype=_PART_DTYPE)
 
 
-def _contract(g, cmap, mate, nc, helper=None):
+def _contract(g, cmap, mate, nc, helper=None, unit=False):
     """:func:`~meshshard.partitioners._refine_numba.contract` of the graph ``g``; with a ``helper``
     (:class:`~meshshard.partitioners._concurrent.HelpedHandoff`) and at least ``_SPLIT_NNZ`` entries, the second half
     of the rows is offered to the thread waiting for the hierarchy (it idles there while the coarsening, longer
     than its own work, goes on; its half is taken back if it is still busy), the same graph either way (measured,
-    kdtree, best of 3: ~100k vessel 196 -> 155 ms, boundary layer 64 -> 56 ms, hex shell 86 -> 70 ms)."""
+    kdtree, best of 3: ~100k vessel 196 -> 155 ms, boundary layer 64 -> 56 ms, hex shell 86 -> 70 ms). ``unit``:
+    every edge of ``g`` weighs 1 (its weights are not read)."""
     n = cmap.shape[0]
     if helper is None or not helper.helped or g[1].shape[0] < _SPLIT_NNZ:
-        return K.contract(*g, cmap, mate, nc)
-    piece = helper.offer(K.contract_range, *g, cmap, mate, nc, n // 2, n)
-    first = K.contract_range(*g, cmap, mate, nc, 0, n // 2)
+        return K.contract(*g, cmap, mate, nc, unit)
+    piece = helper.offer(K.contract_range, *g, cmap, mate, nc, n // 2, n, unit)
+    first = K.contract_range(*g, cmap, mate, nc, 0, n // 2, unit)
     second = helper.collect(piece)
     return (np.concatenate((first[0], second[0][1:] + first[0][-1])), np.concatenate((first[1], second[1])),
             np.concatenate((first[2], second[2])), np.concatenate((first[3], second[3])))

@@ -55,6 +55,12 @@ def test_coarsening_keeps_parts_and_cut(data_dir):
     assert abs(got - want.tocsr()).max() == 0 and got.nnz == want.tocsr().count_nonzero()
     # the cut weight of the coarse graph equals the fine edge cut
     assert K.cut_weight(cp, ci, cd, ca) == _cut(assign, ei)["edge_cut"]
+    # unit: every edge weighs 1 whatever data holds (the finest level of an unweighted graph), whole or in ranges
+    unit = K.contract(indptr, indices, 7.0 * data, np.ones(n), cmap, mate, nc, True)
+    assert all(np.array_equal(x, y) for x, y in zip(unit, (cp, ci, cd, cw)))
+    halves = [K.contract_range(indptr, indices, 7.0 * data, np.ones(n), cmap, mate, nc, lo, hi, True)
+              for lo, hi in ((0, n // 2), (n // 2, n))]
+    assert np.array_equal(np.concatenate([halves[0][2], halves[1][2]]), cd)
 
 
 @pytest.mark.parametrize("name", MESH_FILES)
