@@ -458,6 +458,18 @@ def _shift_rows(u, src, t, indptr, indices, data, has_row, row_w, row_n):
 
 
 @njit(cache=True, inline="always")
+def _rise(hk, ht, hn, i, k, t, u):
+    """Put ``(k, t) -> u`` into the hole at ``i`` of a binary max-heap, moving it up past smaller parents."""
+    while i > 0:
+        parent = (i - 1) >> 1
+        if hk[parent] > k or (hk[parent] == k and ht[parent] >= t):
+            break
+        hk[i], ht[i], hn[i] = hk[parent], ht[parent], hn[parent]
+        i = parent
+    hk[i], ht[i], hn[i] = k, t, u
+
+
+@njit(cache=True, inline="always")
 def _push(hk, ht, hn, size, k, t, u):
     """Push ``(k, t) -> u`` on a binary max-heap; returns the new size.
 
@@ -466,14 +478,7 @@ def _push(hk, ht, hn, size, k, t, u):
     """
     if size == hk.shape[0]:
         return size
-    i = size
-    while i > 0:
-        parent = (i - 1) >> 1
-        if hk[parent] > k or (hk[parent] == k and ht[parent] >= t):
-            break
-        hk[i], ht[i], hn[i] = hk[parent], ht[parent], hn[parent]
-        i = parent
-    hk[i], ht[i], hn[i] = k, t, u
+    _rise(hk, ht, hn, size, k, t, u)
     return size + 1
 
 
@@ -496,13 +501,7 @@ def _pop(hk, ht, hn, size):
             c += 1
         hk[i], ht[i], hn[i] = hk[c], ht[c], hn[c]
         i = c
-    while i > 0:
-        parent = (i - 1) >> 1
-        if hk[parent] > lk or (hk[parent] == lk and ht[parent] >= lt):
-            break
-        hk[i], ht[i], hn[i] = hk[parent], ht[parent], hn[parent]
-        i = parent
-    hk[i], ht[i], hn[i] = lk, lt, ln
+    _rise(hk, ht, hn, i, lk, lt, ln)
     return k, u, size
 
 
