@@ -518,16 +518,16 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow, bisect=False, bisected=
     parts are connected if any are (measured on the gmsh family, seeds 0-2: a hilbert start on the ~10k vessel
     went from 1.18x METIS's cut to 0.95x, the mean from 1.019x to 1.013x); the first of equal tries."""
     limit = bound + float(g[3].max()) if grow else np.inf
-    best = None  # (key, parts, cands)
-    split = None  # the try in pieces with the lowest cut: (cut, parts)
+    best = None  # (key, parts, cands): connected parts first, then the lowest cut
+    lowest = None  # ((cut, in pieces), parts): the lowest cut, connected parts first on a tie
 
     def consider(tried):
-        nonlocal best, split
+        nonlocal best, lowest
         parts, cands, key = tried
         if key is not None and (best is None or key < best[0]):
             best = (key, parts, cands)
-        if key is not None and key[0] and (split is None or key[1] < split[0]):
-            split = (key[1], parts)
+        if key is not None and (lowest is None or key[::-1] < lowest[0]):
+            lowest = (key[::-1], parts)
 
     consider(_coarsest_try(g, a.copy(), num_parts, bound, total, salt, _REPAIR_SLACK, limit))
     if grow:
@@ -538,8 +538,8 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow, bisect=False, bisected=
         else:
             consider(_coarsest_try(g, K.grow_parts(*g, a if best is None else best[1], num_parts, total / num_parts,
                                                    salt + 202), num_parts, bound, total, salt, _REPAIR_SLACK, limit))
-        if split is not None and (best[0][0] or split[0] < best[0][1]):  # the lowest cut is in pieces: merge, rebalance
-            consider(_coarsest_try(g, split[1].copy(), num_parts, bound, total, salt, np.inf, limit))
+        if lowest is not None and lowest[0][1]:  # the lowest cut is in pieces: merge them all, then rebalance
+            consider(_coarsest_try(g, lowest[1].copy(), num_parts, bound, total, salt, np.inf, limit))
     if best is None:  # no try within the limit: the finer levels rebalance the start's
         start = a.copy()
         return start, K.boundary_candidates(*g[:2], start)
