@@ -48,8 +48,11 @@ def build_csr(src, dst, w, n):
     """Symmetric CSR of the undirected graph of edges ``src[i] - dst[i]`` (either or both directions given).
 
     Self loops are dropped; an edge given several times keeps its largest weight. Returns
-    ``(indptr, indices, data)``; neighbours are in input order, not sorted.
+    ``(indptr, indices, data)``; neighbours are in input order, not sorted. ``w`` empty: the graph is
+    unweighted, and ``data`` is empty too (no ``[nnz]`` weights are built: on the 2M-node hex lattice they
+    were most of the refinement's peak memory).
     """
+    weighted = w.shape[0] > 0
     deg = np.zeros(n + 1, dtype=np.int64)
     for i in range(src.shape[0]):
         if src[i] != dst[i]:
@@ -59,13 +62,15 @@ def build_csr(src, dst, w, n):
         deg[u + 1] += deg[u]
     fill = deg[:-1].copy()
     nbr = np.empty(deg[n], dtype=np.int64)
-    nw = np.empty(deg[n])
+    nw = np.empty(deg[n] if weighted else 0)
     for i in range(src.shape[0]):
         a, b = src[i], dst[i]
         if a != b:
-            nbr[fill[a]], nw[fill[a]] = b, w[i]
+            nbr[fill[a]] = b
+            nbr[fill[b]] = a
+            if weighted:
+                nw[fill[a]] = nw[fill[b]] = w[i]
             fill[a] += 1
-            nbr[fill[b]], nw[fill[b]] = a, w[i]
             fill[b] += 1
     # merge repeats row by row: slot[v] = where v sits in the current row
     slot = np.full(n, -1, dtype=np.int64)
@@ -77,15 +82,16 @@ def build_csr(src, dst, w, n):
             v = nbr[e]
             s = slot[v]
             if s >= row_start:
-                if nw[e] > nw[s]:
+                if weighted and nw[e] > nw[s]:
                     nw[s] = nw[e]
             else:
                 slot[v] = pos
                 nbr[pos] = v
-                nw[pos] = nw[e]
+                if weighted:
+                    nw[pos] = nw[e]
                 pos += 1
         indptr[u + 1] = pos
-    return indptr, nbr[:pos].copy(), nw[:pos].copy()
+    return indptr, nbr[:pos].copy(), nw[:pos].copy() if weighted else nw
 
 
 @njit(cache=True, nogil=True)

@@ -32,6 +32,22 @@ def test_csr_ignores_direction_duplicates_and_loops_keeps_largest_weight():
     assert c[0, 1] == 5.0 and c[1, 2] == 6.0 and c[2, 3] == 7.0 and c[3, 0] == 8.0  # the largest of each edge
 
 
+def test_unweighted_graph_refines_as_unit_weights(data_dir):
+    # an unweighted graph takes its own path: one 1.0 read through a zero stride as every edge's weight, and the
+    # finest level's matching and contraction read no weights; it must refine exactly as explicit weights of 1
+    # (the general path), for a mesh's edge_index (already a CSR) and for one direction of it in shuffled order
+    pts, ei = _mesh(data_dir, "rae2822_turb.su2")
+    n = pts.shape[0]
+    data = _csr(ei, n, None)[2]
+    assert data.strides == (0,) and not data.flags.writeable and data.shape == (ei.shape[1],) and data[0] == 1.0
+    plain = partition(pts, 5, "kdtree", refine=False).assignment.numpy()
+    one_way = ei[:, ei[0] < ei[1]][:, np.random.default_rng(0).permutation(ei.shape[1] // 2)]
+    for edges in (ei, one_way):
+        got = multilevel_refine(plain, 5, edges, seed=3)
+        assert np.array_equal(got, multilevel_refine(plain, 5, edges, edge_weights=np.ones(edges.shape[1]), seed=3))
+        assert _cut(got, ei)["edge_cut"] < _cut(plain, ei)["edge_cut"]
+
+
 def test_coarsening_keeps_parts_and_cut(data_dir):
     pts, ei = _mesh(data_dir, "rae2822_turb.su2")
     n = pts.shape[0]
