@@ -17,7 +17,8 @@ convolutions / pools / pads / interpolations and extrema on ShardTensors; sharde
 graphs with both backends (the host tree and brute force on the GPU) equal to scipy's reference
 edge for edge, the neighbour distances bit-identical on the CPU and the GPU; ShardTensor points:
 edge vectors, EdgeConv / GINEConv / GCNConv through ShardedConv, ``knn_search`` and
-``radius_search``.
+``radius_search``; ``partition_distributed`` of CUDA points equal to ``ms.partition`` of the
+concatenation, its results on the points' device.
 TF32 is turned off in the ranks: the reference and the sharded run sum in different orders, and
 TF32's 10-bit mantissa would need tolerances loose enough to hide real errors.
 """
@@ -272,6 +273,31 @@ def _shard_tensor_ops(rank, world, dev):
     return count + 5
 
 
+def _partition_distributed(rank, world, dev, data_dir):
+    # CUDA points in, the single-process partition of the concatenation out, on the points' device
+    import meshshard as ms
+    from meshshard.ops.partition import partition_distributed
+    from tests.ops.test_partition import _bounds, _cases, _clouds
+
+    checked = 0
+    for case, pts, w in _cases(_clouds(str(data_dir))):
+        name, method, num_parts = case
+        num_parts = world if num_parts == "world" else num_parts
+        lo, hi = _bounds(pts.shape[0], world, rank)
+        got = partition_distributed(torch.from_numpy(pts[lo:hi]).to(dev), num_parts, method,
+                                    weights=None if w is None else torch.from_numpy(w[lo:hi]).to(dev))
+        ref = ms.partition(pts, num_parts, method, weights=w, refine=False)
+        mine = [p for p in range(num_parts) if p * world // num_parts == rank]
+        ids = torch.cat([ref.part_nodes(p) for p in mine]) if mine else torch.zeros(0, dtype=torch.long)
+        tensors = [got.points, got.global_ids, got.parts, got.assignment] + ([] if w is None else [got.weights])
+        assert all(t.device == dev for t in tensors), f"partition_distributed {case}: results not on {dev}"
+        assert torch.equal(got.assignment.cpu(), ref.assignment[lo:hi]), f"partition_distributed {case} rank {rank}"
+        assert torch.equal(got.global_ids.cpu(), ids) and got.sizes == ref.sizes, f"partition_distributed {case}"
+        assert torch.equal(got.points.cpu(), torch.from_numpy(pts)[ids]), f"partition_distributed {case} points"
+        checked += 1
+    return checked
+
+
 def _check(rank, world, data_dir, device_type="cuda"):
     dev, data_dir = _device(device_type), Path(data_dir)
     return {
@@ -279,6 +305,7 @@ def _check(rank, world, data_dir, device_type="cuda"):
         "domain_parallel": _domain_parallel(rank, world, dev, data_dir),
         "grid, norm, attention cases": _shard_tensor_ops(rank, world, dev),
         "knn": _knn(rank, world, dev, data_dir),
+        "partition_distributed": _partition_distributed(rank, world, dev, data_dir),
     }
 
 

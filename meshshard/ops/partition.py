@@ -46,7 +46,8 @@ class DistributedPartition:
     r"""This rank's share of a partition computed by :func:`partition_distributed`.
 
     Part ``p`` goes to rank ``p * W // num_parts`` (rank ``p`` when ``num_parts`` equals the
-    world size ``W``).
+    world size ``W``). Every tensor lies on the device of the rank's input points (the CPU for
+    numpy input): the keys, sort and cut run on the host either way.
 
     Args:
         points: ``[n_owned, d]`` the points of this rank's parts, grouped by part, increasing
@@ -70,6 +71,14 @@ class DistributedPartition:
     sizes: List[int]
     weights: Optional[torch.Tensor]
     method: str
+
+    def to(self, device) -> "DistributedPartition":
+        """The same partition with every tensor on ``device``."""
+        return DistributedPartition(points=self.points.to(device), global_ids=self.global_ids.to(device),
+                                    parts=self.parts.to(device), assignment=self.assignment.to(device),
+                                    num_parts=self.num_parts, sizes=self.sizes,
+                                    weights=None if self.weights is None else self.weights.to(device),
+                                    method=self.method)
 
 
 def _local_input(points_local, weights):
@@ -370,7 +379,7 @@ def partition_distributed(
 
     Returns:
         :class:`DistributedPartition`: this rank's points, their global ids and parts, and the
-        part of each input row.
+        part of each input row, on the device of ``points_local``.
 
     Raises:
         ValueError / TypeError on every rank (naming the rank) when any rank's input is bad.
@@ -408,4 +417,7 @@ def partition_distributed(
         assign = _kdtree_assignment(pts, w, gid, n, num_parts, group)
     else:
         assign = _curve_assignment(pts, w, total, gid, offsets, num_parts, method, world, group)
-    return _deliver(pts, w, gid, assign, num_parts, world, group, method)
+    out = _deliver(pts, w, gid, assign, num_parts, world, group, method)
+    if isinstance(points_local, torch.Tensor) and points_local.device.type != "cpu":
+        out = out.to(points_local.device)
+    return out

@@ -116,3 +116,20 @@ def test_partition_distributed_without_process_group():
     for method in METHODS:
         ref = ms.partition(big, 9, method, weights=w, refine=False)
         assert torch.equal(partition_distributed(big, 9, method, weights=w).assignment, ref.assignment), method
+
+
+def test_distributed_partition_moves_every_tensor():
+    # CUDA input returns its results through .to(points' device); CI has no GPU, so the move is
+    # checked here onto the meta device (tests/test_cuda.py runs the CUDA path itself)
+    from meshshard.ops.partition import partition_distributed
+
+    pts = np.random.default_rng(3).random((50, 2))
+    for w in (None, np.arange(50.0)):
+        got = partition_distributed(pts, 3, "kdtree", weights=w)
+        moved = got.to("meta")
+        tensors = [moved.points, moved.global_ids, moved.parts, moved.assignment]
+        assert all(t.device.type == "meta" for t in tensors + ([] if w is None else [moved.weights]))
+        assert [t.shape for t in tensors] == [t.shape for t in (got.points, got.global_ids, got.parts, got.assignment)]
+        assert (moved.weights is None) == (w is None)
+        assert (moved.num_parts, moved.sizes, moved.method) == (got.num_parts, got.sizes, got.method)
+        assert got.points.device.type == "cpu"  # numpy input stays on the host
