@@ -551,7 +551,7 @@ def _coarsest(g, a, num_parts, bound, total, salt, grow, bisect=False, bisected=
         if lowest is not None and lowest[0][1]:  # the lowest cut is in pieces: merge them all, then rebalance
             consider(_coarsest_try(g, lowest[1].copy(), num_parts, bound, total, salt, np.inf, limit))
     if best is None:  # no try within the limit: the finer levels rebalance the start's
-        start = a.copy()
+        start = a.astype(_PART_DTYPE)
         return start, K.boundary_candidates(*g[:2], start)
     return best[1], best[2]
 
@@ -561,6 +561,8 @@ def _coarsest_try(g, start, num_parts, bound, total, salt, slack, limit):
     ``slack`` x the mean part weight, rebalanced to ``bound``, FM passes -> ``(parts, cands, key)``; ``key``
     ``(in pieces, cut)`` orders the tries (a part in pieces here stays in pieces: FM moves nodes, not pieces, so
     connected parts come first), None when a part ends above ``limit``."""
+    # the starts (grown, bisected: int64) take the finer levels' part type, so the kernels compile for one type
+    start = start.astype(_PART_DTYPE, copy=False)
     K.repair_components(*g, start, num_parts, slack * total / num_parts)
     cands = K.boundary_candidates(*g[:2], start)
     K.rebalance(*g, start, num_parts, bound, salt, -1, *cands, *_NO_QUOTIENT)
