@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import numpy as np
-from numba import njit
+from meshshard.partitioners._jit import njit
 
 __all__ = ["undirected_pairs", "symmetric_csr", "csr_view", "graph_csr"]
 

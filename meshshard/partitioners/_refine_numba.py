@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from meshshard.partitioners._jit import njit
 
 __all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "majority_parts", "contract", "contract_range", "boundary_candidates",
            "project_candidates", "candidate_cut", "fm_refine", "quotient_graph", "rebalance", "label_components", "label_components_edges", "repair_components", "cut_weight", "grow_parts"]
