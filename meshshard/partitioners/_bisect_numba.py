@@ -10,8 +10,8 @@ hashed seeds: the same graph and salt give the same parts.
 from __future__ import annotations
 
 import numpy as np
-from meshshard.partitioners._jit import njit
 
+from meshshard.partitioners._jit import njit
 from meshshard.partitioners._refine_numba import _list_around, _mix, _pop, _push
 
 __all__ = ["bisect_parts"]

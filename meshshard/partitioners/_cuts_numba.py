@@ -10,6 +10,7 @@ same order, the same ``(value, id)`` order. The selection itself stays numpy's `
 from __future__ import annotations
 
 import numpy as np
+
 from meshshard.partitioners._jit import njit
 
 __all__ = ["bucketed_runs", "enforce_min_sizes", "nearest_prefixes", "split_at", "widest_axis_values"]

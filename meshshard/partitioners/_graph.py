@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 import numpy as np
+
 from meshshard.partitioners._jit import njit
 
 __all__ = ["undirected_pairs", "symmetric_csr", "csr_view", "graph_csr"]

@@ -3,7 +3,7 @@
 The kernels compile on first use and are cached on disk (``cache=True``). The first compilation
 takes about a minute and a half on one core (the first calls of all five methods took 86-91 s on
 2 shared CPU cores), during which nothing else is printed, so the first compilation of a
-meshshard kernel in a process logs one line on the ``meshshard`` logger (level WARNING: Python
+partitioner kernel in a process logs one line on the ``meshshard`` logger (level WARNING: Python
 prints it to stderr when logging is not configured). Loading the cache fires no compilation, so
 later processes stay quiet. Silence it with ``logging.getLogger("meshshard").setLevel(logging.ERROR)``.
 """
@@ -26,7 +26,7 @@ _announced = False
 
 
 class _FirstCompileNotice(event.Listener):
-    """Logs :data:`COMPILE_NOTICE` when the first meshshard kernel of this process starts compiling."""
+    """Logs :data:`COMPILE_NOTICE` when the first ``meshshard.partitioners`` kernel of this process starts compiling."""
 
     def on_start(self, ev: event.Event) -> None:
         global _announced

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
 from meshshard.partitioners._jit import njit
 
 __all__ = ["build_csr", "match_in_parts", "part_loads", "group_by_label", "majority_parts", "contract", "contract_range", "boundary_candidates",

@@ -8,6 +8,7 @@ All arithmetic is uint64 (numba turns uint64-with-int64 into float64, so every c
 from __future__ import annotations
 
 import numpy as np
+
 from meshshard.partitioners._jit import njit
 
 __all__ = ["morton_kernel", "hilbert_kernel"]
