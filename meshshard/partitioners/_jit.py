@@ -1,48 +1,76 @@
-"""numba's ``njit`` for the partitioners' kernels, and a notice when they compile.
+"""numba's ``njit`` for the partitioners' kernels, and a notice while they compile for long.
 
 The kernels compile on first use and are cached on disk (``cache=True``). The first compilation
 takes about a minute and a half on one core (the first calls of all five methods took 86-91 s on
-2 shared CPU cores), during which nothing else is printed, so the first compilation of a
-partitioner kernel in a process logs one line on the ``meshshard`` logger (level WARNING: Python
-prints it to stderr when logging is not configured). Loading the cache fires no compilation, so
-later processes stay quiet. Silence it with ``logging.getLogger("meshshard").setLevel(logging.ERROR)``.
+2 shared CPU cores), during which nothing else is printed. So when a partitioner kernel's
+compilation has run for :data:`NOTICE_AFTER_S` seconds, one line is logged on the ``meshshard``
+logger (level WARNING: Python prints it to stderr when logging is not configured), once per
+process. Loading the cache compiles nothing, and the short compilations of a new type signature
+in a warm cache finish before the notice is due, so those stay quiet. Silence it with
+``logging.getLogger("meshshard").setLevel(logging.ERROR)``.
 """
 from __future__ import annotations
 
 import logging
 import threading
+from typing import Optional
 
 from numba import njit
 from numba.core import event
 
-__all__ = ["njit", "COMPILE_NOTICE"]
+__all__ = ["njit", "COMPILE_NOTICE", "NOTICE_AFTER_S"]
 
-COMPILE_NOTICE = ("meshshard: numba is compiling the partitioning kernels for this machine (first use only, "
-                  "about 1-2 minutes on one core; they are cached on disk afterwards)")
+COMPILE_NOTICE = ("meshshard: numba is compiling the partitioning kernels for this machine (a first use takes "
+                  "1-2 minutes on one core; later runs load them from the disk cache)")
+#: seconds a compilation runs before :data:`COMPILE_NOTICE` is logged (0: at its start)
+NOTICE_AFTER_S = 3.0
 
 _logger = logging.getLogger("meshshard")
-_lock = threading.Lock()
 _announced = False
 
 
-class _FirstCompileNotice(event.Listener):
-    """Logs :data:`COMPILE_NOTICE` when the first ``meshshard.partitioners`` kernel of this process starts compiling."""
-
-    def on_start(self, ev: event.Event) -> None:
-        global _announced
-        if _announced:
-            return
-        func = getattr(ev.data.get("dispatcher"), "py_func", None)
-        if not getattr(func, "__module__", "").startswith("meshshard.partitioners."):
-            return
-        with _lock:
-            if _announced:
-                return
-            _announced = True
+def _announce() -> None:
+    global _announced
+    if not _announced:
+        _announced = True
         _logger.warning(COMPILE_NOTICE)
 
+
+def _is_partitioner_kernel(ev: event.Event) -> bool:
+    func = getattr(ev.data.get("dispatcher"), "py_func", None)
+    return getattr(func, "__module__", "").startswith("meshshard.partitioners.")
+
+
+class _SlowCompileNotice(event.Listener):
+    """Logs :data:`COMPILE_NOTICE` once a partitioner kernel's compilation (the outermost one: a kernel
+    compiles the kernels it calls inside its own) has run for :data:`NOTICE_AFTER_S` seconds. numba
+    compiles under one global lock, so these events never interleave."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.timer: Optional[threading.Timer] = None
+
+    def on_start(self, ev: event.Event) -> None:
+        if not _is_partitioner_kernel(ev):
+            return
+        self.depth += 1
+        if self.depth > 1 or _announced:
+            return
+        if NOTICE_AFTER_S <= 0:
+            _announce()
+            return
+        self.timer = threading.Timer(NOTICE_AFTER_S, _announce)
+        self.timer.daemon = True
+        self.timer.start()
+
     def on_end(self, ev: event.Event) -> None:
-        pass
+        if not _is_partitioner_kernel(ev):
+            return
+        self.depth -= 1
+        if self.depth == 0 and self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
-event.register("numba:compile", _FirstCompileNotice())
+_listener = _SlowCompileNotice()
+event.register("numba:compile", _listener)

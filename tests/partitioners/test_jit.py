@@ -1,7 +1,9 @@
-"""The notice logged when the partitioners' numba kernels compile (and only then)."""
+"""The notice logged while the partitioners' numba kernels compile for long (and only then)."""
 import logging
 import subprocess
 import sys
+import time
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -9,7 +11,7 @@ from meshshard.partitioners import _jit
 
 
 def _kernel_in(module: str):
-    """A fresh jitted function that claims to live in ``module`` (uncached: every call site compiles)."""
+    """A fresh jitted function that claims to live in ``module`` (uncached: its first call compiles)."""
     def add_one(x):
         return x + 1
 
@@ -17,15 +19,47 @@ def _kernel_in(module: str):
     return _jit.njit(add_one)
 
 
-def test_first_compile_of_a_partitioner_kernel_logs_one_notice(monkeypatch, caplog):
+def _notices(caplog):
+    return [r for r in caplog.records if r.getMessage() == _jit.COMPILE_NOTICE]
+
+
+def test_notice_once_per_process_for_partitioner_kernels_only(monkeypatch, caplog):
     monkeypatch.setattr(_jit, "_announced", False)
+    monkeypatch.setattr(_jit, "NOTICE_AFTER_S", 0.0)  # due at the start of a compilation
     with caplog.at_level(logging.WARNING, logger="meshshard"):
-        _kernel_in("tests.elsewhere")(1)  # not a meshshard kernel: no notice
-        assert _jit.COMPILE_NOTICE not in caplog.text
+        _kernel_in("tests.elsewhere")(1)  # not a partitioner kernel: no notice
+        assert not _notices(caplog)
         _kernel_in("meshshard.partitioners._probe")(1)
         _kernel_in("meshshard.partitioners._probe")(2.5)  # a second compilation: no second notice
-    notices = [r for r in caplog.records if r.getMessage() == _jit.COMPILE_NOTICE]
-    assert len(notices) == 1 and notices[0].name == "meshshard" and notices[0].levelno == logging.WARNING
+    got = _notices(caplog)
+    assert len(got) == 1 and got[0].name == "meshshard" and got[0].levelno == logging.WARNING
+    assert _jit._listener.depth == 0 and _jit._listener.timer is None
+
+
+def test_short_compilations_stay_quiet(monkeypatch, caplog):
+    monkeypatch.setattr(_jit, "_announced", False)
+    monkeypatch.setattr(_jit, "NOTICE_AFTER_S", 120.0)
+    with caplog.at_level(logging.WARNING, logger="meshshard"):
+        _kernel_in("meshshard.partitioners._probe")(1)  # compiles in well under two minutes
+    assert not _notices(caplog)
+    assert _jit._listener.depth == 0 and _jit._listener.timer is None  # the pending notice was cancelled
+
+
+def test_notice_comes_while_a_long_compilation_runs(monkeypatch, caplog):
+    # the listener driven by hand: a compilation (with one nested) that runs past the delay
+    monkeypatch.setattr(_jit, "_announced", False)
+    monkeypatch.setattr(_jit, "NOTICE_AFTER_S", 0.05)
+    listener = _jit._SlowCompileNotice()
+    mine = SimpleNamespace(data={"dispatcher": _kernel_in("meshshard.partitioners._probe")})
+    with caplog.at_level(logging.WARNING, logger="meshshard"):
+        listener.on_start(mine)
+        listener.on_start(mine)  # nested: no second timer
+        listener.on_end(mine)
+        deadline = time.monotonic() + 30
+        while not _notices(caplog) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        listener.on_end(mine)
+    assert len(_notices(caplog)) == 1 and listener.depth == 0 and listener.timer is None
 
 
 def test_cached_kernels_compile_nothing_in_a_new_process(tmp_path):
@@ -35,6 +69,8 @@ def test_cached_kernels_compile_nothing_in_a_new_process(tmp_path):
     np.save(tmp_path / "pts.npy", pts)
     ms.partition(pts, 3, "kdtree", edge_index=ms.knn_graph(pts, 6))  # compiled (or loaded) and cached here
     code = ("import numpy as np, meshshard as ms\n"
+            "from meshshard.partitioners import _jit\n"
+            "_jit.NOTICE_AFTER_S = 0.0  # any compilation at all would log\n"
             f"p = np.load({str(tmp_path / 'pts.npy')!r})\n"
             "ms.partition(p, 3, 'kdtree', edge_index=ms.knn_graph(p, 6))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
