@@ -8,9 +8,11 @@ defined once, in :func:`common_parser`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import sys
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 __all__ = ["main", "build_parser", "common_parser", "COMMANDS", "DOCS_EPILOG"]
 
@@ -23,7 +25,7 @@ COMMANDS = {
     "demo": "partition a real CFD mesh, train MeshGraphNet sharded vs. single-process, compare",
 }
 
-# Paths relative to the repository root; tests/cli/test_init.py checks that they exist.
+# Paths relative to the repository root; tests/test_docs_links.py checks that they exist.
 DOCS_EPILOG = "design: docs/design.md; on-disk format: docs/format.md"
 
 
@@ -56,6 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def logs_above_progress_bars() -> Iterator[None]:
+    """Route the ``meshshard`` logger through ``tqdm.write`` while a command runs, so a line it logs
+    (the numba compilation notice, say) starts on a line of its own above the progress bars instead of
+    after a bar's text."""
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    with logging_redirect_tqdm(loggers=[logging.getLogger("meshshard")]):
+        yield
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run ``meshshard COMMAND ...``.
 
@@ -80,7 +93,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     module.add_arguments(cmd_parser)
     args = cmd_parser.parse_args(argv[1:])
     try:
-        return int(module.run(args) or 0)
+        with logs_above_progress_bars():
+            return int(module.run(args) or 0)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         print(f"meshshard {name}: error: {exc}", file=sys.stderr)
         return 2

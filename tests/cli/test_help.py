@@ -1,4 +1,5 @@
 """`meshshard --help`, `meshshard COMMAND --help` and the options every command shares (meshshard/cli/__init__.py)."""
+import re
 import subprocess
 import sys
 
@@ -74,3 +75,29 @@ def test_demo_and_partition_offer_every_partitioner(capsys):
         out = " ".join(capsys.readouterr().out.split())  # argparse wraps the choices list
         assert all(m in out for m in PARTITIONERS), (argv, out)
     assert "inertial" in PARTITIONERS
+
+
+def test_a_logged_line_starts_on_its_own_line_above_a_progress_bar(tmp_path, capsys, monkeypatch):
+    # the numba compilation notice is logged while `preprocess` or `demo` shows a bar
+    import logging
+
+    from tqdm import tqdm
+
+    from meshshard import cli
+    from meshshard.cli import info
+
+    def run(args):
+        with tqdm(total=2, desc="work", file=sys.stderr, ascii=True) as bar:
+            bar.update(1)
+            logging.getLogger("meshshard").warning("a notice")
+            bar.update(1)
+        return 0
+
+    monkeypatch.setattr(info, "run", run)
+    handlers = list(logging.getLogger("meshshard").handlers)
+    assert cli.main(["info", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    # on a line of its own: tqdm clears the bar's line ("\r" + spaces + "\r") and writes it there
+    assert re.search(r"(^|[\r\n])a notice\n", err), repr(err)
+    assert err.count("a notice") == 1, repr(err)
+    assert logging.getLogger("meshshard").handlers == handlers  # restored after the command
