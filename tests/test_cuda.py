@@ -277,18 +277,17 @@ def _partition_distributed(rank, world, dev, data_dir):
     # CUDA points in, the single-process partition of the concatenation out, on the points' device
     import meshshard as ms
     from meshshard.ops.partition import partition_distributed
-    from tests.ops.test_partition import _bounds, _cases, _clouds
+    from tests.ops.test_partition import _bounds, _cases, _clouds, _owned_ids
 
     checked = 0
     for case, pts, w in _cases(_clouds(str(data_dir))):
-        name, method, num_parts = case
+        _, method, num_parts = case
         num_parts = world if num_parts == "world" else num_parts
         lo, hi = _bounds(pts.shape[0], world, rank)
         got = partition_distributed(torch.from_numpy(pts[lo:hi]).to(dev), num_parts, method,
                                     weights=None if w is None else torch.from_numpy(w[lo:hi]).to(dev))
         ref = ms.partition(pts, num_parts, method, weights=w, refine=False)
-        mine = [p for p in range(num_parts) if p * world // num_parts == rank]
-        ids = torch.cat([ref.part_nodes(p) for p in mine]) if mine else torch.zeros(0, dtype=torch.long)
+        ids = _owned_ids(ref, num_parts, world, rank)
         tensors = [got.points, got.global_ids, got.parts, got.assignment] + ([] if w is None else [got.weights])
         assert all(t.device == dev for t in tensors), f"partition_distributed {case}: results not on {dev}"
         assert torch.equal(got.assignment.cpu(), ref.assignment[lo:hi]), f"partition_distributed {case} rank {rank}"

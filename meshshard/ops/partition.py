@@ -21,7 +21,7 @@ if needed).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import List, Optional
 
 import numpy as np
@@ -41,7 +41,7 @@ _SAMPLES_PER_RANK = 16  # regular samples per rank for the sample sort's splitte
 _TOP = np.uint64(1 << 63)
 
 
-@dataclass
+@dataclasses.dataclass
 class DistributedPartition:
     r"""This rank's share of a partition computed by :func:`partition_distributed`.
 
@@ -74,11 +74,9 @@ class DistributedPartition:
 
     def to(self, device) -> "DistributedPartition":
         """The same partition with every tensor on ``device``."""
-        return DistributedPartition(points=self.points.to(device), global_ids=self.global_ids.to(device),
-                                    parts=self.parts.to(device), assignment=self.assignment.to(device),
-                                    num_parts=self.num_parts, sizes=self.sizes,
-                                    weights=None if self.weights is None else self.weights.to(device),
-                                    method=self.method)
+        moved = {f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)
+                 if isinstance(getattr(self, f.name), torch.Tensor)}
+        return dataclasses.replace(self, **moved)
 
 
 def _local_input(points_local, weights):

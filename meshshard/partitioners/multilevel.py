@@ -456,10 +456,11 @@ def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float
     levels = []
     depth = 0
     while g[0].shape[0] - 1 > coarsest:
+        unit_level = unit and depth == 0
         # a unit level's matching and contraction read no edge weights: they get an empty C array in place of the
         # zero-stride view, so numba compiles them for one layout (about 12 s less of the first compilation)
-        read = (g[0], g[1], _NO_EDGE_DATA, g[3]) if unit and depth == 0 else g
-        cmap, nc, mate = K.match_in_parts(*read, a, max_vw, salt * 131 + depth, unit and depth == 0)
+        read = (g[0], g[1], _NO_EDGE_DATA, g[3]) if unit_level else g
+        cmap, nc, mate = K.match_in_parts(*read, a, max_vw, salt * 131 + depth, unit_level)
         if nc > _MIN_SHRINK * (g[0].shape[0] - 1):
             break
         levels.append((cmap, g))
@@ -467,7 +468,7 @@ def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float
             ca = np.empty(nc, dtype=a.dtype)
             ca[cmap] = a
             a = ca
-        g = _contract(read, cmap, mate, nc, helper, unit and depth == 0)
+        g = _contract(read, cmap, mate, nc, helper, unit_level)
         depth += 1
     return levels, g, a if a.shape[0] else np.zeros(g[0].shape[0] - 1, dtype=_PART_DTYPE)
 

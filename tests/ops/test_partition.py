@@ -33,6 +33,12 @@ def _bounds(n: int, world: int, rank: int):
     return int(cuts[rank]), int(cuts[rank + 1])
 
 
+def _owned_ids(ref, num_parts: int, world: int, rank: int) -> torch.Tensor:
+    """The global ids rank ``rank`` receives from ``partition_distributed``: its parts' nodes, part by part."""
+    mine = [p for p in range(num_parts) if p * world // num_parts == rank]
+    return torch.cat([ref.part_nodes(p) for p in mine]) if mine else torch.zeros(0, dtype=torch.long)
+
+
 def _cases(clouds):
     rng = np.random.default_rng(1)
     for name, pts in clouds.items():
@@ -90,8 +96,7 @@ def test_partition_distributed_equals_single_process(world, data_dir):
             at = (case, rank)
             assert torch.equal(got.assignment, ref.assignment[lo:hi]), at
             assert got.sizes == ref.sizes and got.num_parts == num_parts and got.method == method, at
-            mine = [p for p in range(num_parts) if p * world // num_parts == rank]
-            ids = torch.cat([ref.part_nodes(p) for p in mine]) if mine else torch.zeros(0, dtype=torch.long)
+            ids = _owned_ids(ref, num_parts, world, rank)
             assert torch.equal(got.global_ids, ids), at
             assert torch.equal(got.parts, ref.assignment[ids]), at
             assert torch.equal(got.points, torch.from_numpy(pts)[ids]), at  # dtype kept (float32 too)
