@@ -46,6 +46,7 @@ Usage::
     python benchmarks/bench_partition.py --quick    # 1e5 / 1e6 points, small gmsh mesh, 3e5-point memory run
     python benchmarks/bench_partition.py --only family --sizes 10k   # the family section at ~10k nodes only
     python benchmarks/bench_partition.py --only tries    # refine_tries 1 against 2 (about 4 min)
+    python benchmarks/bench_partition.py --only compile  # the numba kernels' first compilation (about 3 min)
 """
 from __future__ import annotations
 
@@ -752,6 +753,34 @@ def bench_tries(sizes, num_parts: int, seeds, methods=("kdtree", "hilbert")):
               f"{np.mean(times[(m, t)]):.2f} | {max(times[(m, t)]):.2f} |")
 
 
+_FIRST_CALLS = """
+import time, numpy as np, meshshard as ms
+pts = np.random.default_rng(0).random((3000, 3))
+ei = ms.knn_graph(pts, 6)
+t = time.perf_counter()
+for m in ("kdtree", "hilbert", "morton", "inertial", "graph"):
+    ms.partition(pts, 4, m, edge_index=ei)
+print(time.perf_counter() - t)
+"""
+
+
+def bench_compile(rounds: int = 2):
+    """The first compilation of the partitioners' numba kernels: a new process's first calls of all five methods
+    (3000 points, a kNN graph, 4 parts) with an empty numba cache (``NUMBA_CACHE_DIR`` a fresh folder), against
+    the same calls in a new process once that folder holds the cache."""
+    import tempfile
+
+    print("\n## first compilation: a new process's first calls of all five methods, empty numba cache vs cached\n")
+    print("| round | empty cache s | cached s | empty / cached |")
+    print("|---|---|---|---|")
+    for r in range(rounds):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+            cold, warm = (float(subprocess.run([sys.executable, "-c", _FIRST_CALLS], env=env, check=True,
+                                               capture_output=True, text=True).stdout) for _ in range(2))
+        print(f"| {r + 1} | {cold:.1f} | {warm:.2f} | {cold / warm:.0f} |", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="1e5 / 1e6 points and a small gmsh mesh (< 1 min)")
@@ -759,7 +788,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quality-parts", type=int, default=7, help="parts for the quality table (default 7)")
     ap.add_argument("--only", default="speed,quality,memory,engines,distributed,cli,family",
                     help="comma-separated sections to run (default: speed,quality,memory,engines,distributed,cli,family; "
-                         "also: tries, refine_tries 1 against 2 on the family at ~10k and ~100k, about 4 min)")
+                         "also: tries, refine_tries 1 against 2 on the family at ~10k and ~100k, about 4 min; "
+                         "compile, the numba kernels' first compilation against loading them, about 3 min)")
     ap.add_argument("--seeds", default="0",
                     help="family and tries sections: comma-separated refinement seeds for the geometric methods "
                          "(default 0; tries: 0-5)")
@@ -816,6 +846,8 @@ def main(argv=None) -> int:
     if "tries" in only:
         seeds = tuple(int(x) for x in args.seeds.split(",")) if args.seeds != "0" else tuple(range(6))
         bench_tries([5_000] if args.quick else [10_000, 100_000], args.quality_parts, seeds[:2] if args.quick else seeds)
+    if "compile" in only:
+        bench_compile(1 if args.quick else 2)
     if checks:
         note = " (quick run: the speed targets are stated for N = 1e7)" if args.quick else ""
         print(f"\n## targets of issue 2 and issue 13{note}\n")

@@ -1,8 +1,8 @@
 """numba's ``njit`` for the partitioners' kernels, and a notice while they compile for long.
 
 The kernels compile on first use and are cached on disk (``cache=True``). The first compilation
-takes over a minute on one core (the first calls of all five methods took 75-77 s on 2 shared
-CPU cores), during which nothing else is printed. So when a partitioner kernel's
+takes over a minute on one core (``python benchmarks/bench_partition.py --only compile``: the first calls of
+all five methods took 76-90 s on 2 shared CPU cores), during which nothing else is printed. So when a partitioner kernel's
 compilation has run for :data:`NOTICE_AFTER_S` seconds, one line is logged on the ``meshshard``
 logger (level WARNING: Python prints it to stderr when logging is not configured), once per
 process. Loading the cache compiles nothing, and the short compilations of a new type signature
