@@ -413,55 +413,54 @@ def _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touche
 
 
 @njit(cache=True, inline="always")
-def _fill_row(u, indptr, indices, data, assign, row_w, row_n):
-    """Tally ``u``'s edges into its rows of ``row_w`` (edge weight to each part, in edge order as :func:`_tally`)
+def _fill_row(u, r, indptr, indices, data, assign, row_w, row_n):
+    """Tally ``u``'s edges into row ``r`` of ``row_w`` (edge weight to each part, in edge order as :func:`_tally`)
     and ``row_n`` (edge count to each part)."""
     for p in range(row_w.shape[1]):
-        row_w[u, p] = 0.0
-        row_n[u, p] = 0
+        row_w[r, p] = 0.0
+        row_n[r, p] = 0
     for e in range(indptr[u], indptr[u + 1]):
         p = assign[indices[e]]
-        row_w[u, p] += data[e]
-        row_n[u, p] += 1
+        row_w[r, p] += data[e]
+        row_n[r, p] += 1
 
 
 @njit(cache=True, inline="always")
-def _row_move(u, own, vw, part_w, max_w, row_w, row_n):
-    """:func:`_scan_move` of ``u`` (in part ``own``) from its rows (see :func:`_fm_passes`): P numbers, not its
-    edges."""
+def _row_move(r, own, wu, part_w, max_w, row_w, row_n):
+    """:func:`_scan_move` of a node (in part ``own``, of weight ``wu``) from its rows ``r`` (see :func:`_fm_passes`):
+    P numbers, not its edges."""
     best, best_c = -1, -1.0
     out = 0.0
     boundary = False
-    wu = vw[u]
     for p in range(row_w.shape[1]):
-        if p == own or row_n[u, p] == 0:
+        if p == own or row_n[r, p] == 0:
             continue
         boundary = True
-        c = row_w[u, p]
+        c = row_w[r, p]
         out += c
         if part_w[p] + wu <= max_w and (c > best_c or (c == best_c and (part_w[p] < part_w[best] or (
                 part_w[p] == part_w[best] and p < best)))):
             best, best_c = p, c
-    return best_c - max(row_w[u, own], 0.0), best, out, boundary
+    return best_c - max(row_w[r, own], 0.0), best, out, boundary
 
 
 @njit(cache=True, inline="always")
-def _shift_row(v, w, src, t, row_w, row_n):
-    """A neighbour of ``v`` over an edge of weight ``w`` moved from ``src`` to ``t``: ``v``'s rows follow (a count
-    back at 0 zeroes the weight: float weights leave no residue)."""
-    row_n[v, src] -= 1
-    row_w[v, src] = row_w[v, src] - w if row_n[v, src] else 0.0
-    row_n[v, t] += 1
-    row_w[v, t] += w
+def _shift_row(r, w, src, t, row_w, row_n):
+    """A neighbour of the node of rows ``r`` over an edge of weight ``w`` moved from ``src`` to ``t``: the rows
+    follow (a count back at 0 zeroes the weight: float weights leave no residue)."""
+    row_n[r, src] -= 1
+    row_w[r, src] = row_w[r, src] - w if row_n[r, src] else 0.0
+    row_n[r, t] += 1
+    row_w[r, t] += w
 
 
 @njit(cache=True, inline="always")
-def _shift_rows(u, src, t, indptr, indices, data, has_row, row_w, row_n):
-    """``u`` moved from ``src`` to ``t``: its neighbours' rows follow."""
+def _shift_rows(u, src, t, indptr, indices, data, slot, row_w, row_n):
+    """``u`` moved from ``src`` to ``t``: its neighbours' rows (``slot[v]``, -1 for none) follow."""
     for e in range(indptr[u], indptr[u + 1]):
-        v = indices[e]
-        if has_row[v]:
-            _shift_row(v, data[e], src, t, row_w, row_n)
+        r = slot[indices[e]]
+        if r >= 0:
+            _shift_row(r, data[e], src, t, row_w, row_n)
 
 
 @njit(cache=True, inline="always")
@@ -603,14 +602,15 @@ def _other_parts(u, indptr, indices, assign):
 
 
 @njit(cache=True, inline="always")
-def _room_in(u, no_room, vw, part_w, max_w):
-    """Whether a part of the mask ``no_room[u]`` (see :func:`_other_parts`) has room for ``u``; True without masks."""
+def _room_in(k, no_room, wu, part_w, max_w):
+    """Whether a part of the mask ``no_room[k]`` (see :func:`_other_parts`) has room for a node of weight ``wu``; True
+    without masks."""
     if no_room.shape[0] == 0:
         return True
-    mask = no_room[u]
+    mask = no_room[k]
     p = 0
     while mask:
-        if mask & np.uint64(1) and part_w[p] + vw[u] <= max_w:
+        if mask & np.uint64(1) and part_w[p] + wu <= max_w:
             return True
         mask >>= np.uint64(1)
         p += 1
@@ -674,12 +674,19 @@ def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, 
     # a node's best move changes only when a neighbour (or the node) changes part; between passes the others
     # keep their rating from the pass before (a part's room is re-checked when the node is popped)
     dirty = np.ones(n, dtype=np.bool_)
+    # the rows of the nodes rated so far, in the order of their first rating, and with them the ratings (by node id
+    # without rows): a pass on ~10k nodes rates a fraction of them, and arrays indexed by node id spread those over
+    # most of their pages, each a page fault (~3 us here; malloc gives the memory back to the system between calls).
+    # Measured on the saved ~10k family, one thread: fm_refine's page faults 392 -> 175 per partition, the same
+    # partitions, time / METIS's (sum over the meshes, three processes each) 0.994-1.008 -> 0.969-0.998 (kdtree),
+    # 1.084-1.090 -> 1.066-1.089 (hilbert); with two threads no change beyond the noise
+    slot = np.full(row_w.shape[0], -1, dtype=np.int32)
+    used = 0
     gain_c = np.empty(n)
     tgt_c = np.empty(n, dtype=np.int64)
     # a node with no feasible move is re-rated only once one of its neighbouring parts has room for it
-    # (up to 64 parts: those parts as a bit mask; more: re-rated every pass)
-    no_room = np.zeros(n if num_parts <= 64 else 0, dtype=np.uint64)
-    has_row = np.zeros(row_w.shape[0], dtype=np.bool_)
+    # (up to 64 parts: those parts as a bit mask, written with tgt_c < 0; more: re-rated every pass)
+    no_room = np.empty(n if num_parts <= 64 else 0, dtype=np.uint64)
     cut = 0.0  # twice the cut: every cut edge is counted from both ends
     for pass_ in range(max_passes):
         s = np.uint64(salt) * np.uint64(1009) + np.uint64(pass_)
@@ -687,13 +694,17 @@ def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, 
         kept = 0
         for i in range(nc):
             u = cand[i]
-            if dirty[u] or (tgt_c[u] < 0 and _room_in(u, no_room, vw, part_w, max_w)):
+            k = u
+            if rows.ndim == 2:
+                k = slot[u]
+                if k < 0:  # never rated, so dirty
+                    k = slot[u] = used
+                    used += 1
+                    _fill_row(u, k, indptr, indices, data, assign, row_w, row_n)
+            if dirty[u] or (tgt_c[k] < 0 and _room_in(k, no_room, vw[u], part_w, max_w)):
                 dirty[u] = False
                 if rows.ndim == 2:
-                    if not has_row[u]:
-                        has_row[u] = True
-                        _fill_row(u, indptr, indices, data, assign, row_w, row_n)
-                    g, t, out, boundary = _row_move(u, assign[u], vw, part_w, max_w, row_w, row_n)
+                    g, t, out, boundary = _row_move(k, assign[u], vw[u], part_w, max_w, row_w, row_n)
                 else:
                     g, t, out, boundary = _scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
                 if not boundary:
@@ -701,14 +712,14 @@ def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, 
                     continue
                 if pass_ == 0:
                     cut += out
-                gain_c[u] = g
-                tgt_c[u] = t
+                gain_c[k] = g
+                tgt_c[k] = t
                 if t < 0 and no_room.shape[0]:
-                    no_room[u] = _other_parts(u, indptr, indices, assign)
+                    no_room[k] = _other_parts(u, indptr, indices, assign)
             cand[kept] = u
             kept += 1
-            if tgt_c[u] >= 0:
-                size = _push(hk, ht, hn, size, gain_c[u], _mix(u, s), u)
+            if tgt_c[k] >= 0:
+                size = _push(hk, ht, hn, size, gain_c[k], _mix(u, s), u)
         nc = kept
         nmoves, best_len, cum, best_cum = 0, 0, 0.0, 0.0
         while size > 0:
@@ -719,10 +730,12 @@ def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, 
             if sizes[src] <= 1:
                 continue
             if rows.ndim == 2:
-                if not has_row[u]:
-                    has_row[u] = True
-                    _fill_row(u, indptr, indices, data, assign, row_w, row_n)
-                g2, t, _, _ = _row_move(u, src, vw, part_w, max_w, row_w, row_n)
+                r = slot[u]
+                if r < 0:
+                    r = slot[u] = used
+                    used += 1
+                    _fill_row(u, r, indptr, indices, data, assign, row_w, row_n)
+                g2, t, _, _ = _row_move(r, src, vw[u], part_w, max_w, row_w, row_n)
             else:
                 g2, t = _best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
             if t < 0:
@@ -744,23 +757,25 @@ def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, 
                 best_cum, best_len = cum, nmoves
             elif nmoves - best_len >= stall_limit:
                 if rows.ndim == 2:
-                    _shift_rows(u, src, t, indptr, indices, data, has_row, row_w, row_n)
+                    _shift_rows(u, src, t, indptr, indices, data, slot, row_w, row_n)
                 break
             src_before = part_w[src] + vw[u]
             # one walk over u's edges shifts each neighbour's rows, then re-rates it (a walk for each: 1.05x
             # fm_refine's time)
             for e in range(indptr[u], indptr[u + 1]):
                 v = indices[e]
-                if rows.ndim == 2 and has_row[v]:
-                    _shift_row(v, data[e], src, t, row_w, row_n)
+                if rows.ndim == 2 and slot[v] >= 0:
+                    _shift_row(slot[v], data[e], src, t, row_w, row_n)
                 # a node of t only lost gain (its queued entry is re-rated when popped) unless src, too full
                 # for it before, now has room
                 if not locked[v] and (assign[v] != t or src_before + vw[v] > max_w):
                     if rows.ndim == 2:
-                        if not has_row[v]:
-                            has_row[v] = True
-                            _fill_row(v, indptr, indices, data, assign, row_w, row_n)
-                        gv, tv, _, _ = _row_move(v, assign[v], vw, part_w, max_w, row_w, row_n)
+                        r = slot[v]
+                        if r < 0:
+                            r = slot[v] = used
+                            used += 1
+                            _fill_row(v, r, indptr, indices, data, assign, row_w, row_n)
+                        gv, tv, _, _ = _row_move(r, assign[v], vw[v], part_w, max_w, row_w, row_n)
                     else:
                         gv, tv = _best_move(v, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
                     if tv >= 0:
@@ -770,7 +785,7 @@ def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, 
             t = assign[u]
             assign[u] = src
             if rows.ndim == 2:
-                _shift_rows(u, t, src, indptr, indices, data, has_row, row_w, row_n)
+                _shift_rows(u, t, src, indptr, indices, data, slot, row_w, row_n)
             part_w[t] -= vw[u]
             part_w[src] += vw[u]
             sizes[t] -= 1

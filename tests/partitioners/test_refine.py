@@ -278,11 +278,12 @@ def test_room_mask_helpers():
     assign = np.array([0, 1, 2, 1])
     masks = np.array([K._other_parts(u, indptr, indices, assign) for u in range(4)], dtype=np.uint64)
     assert masks.tolist() == [0b10, 0b101, 0b10, 0b100]
-    vw = np.ones(4)
-    assert not K._room_in(1, masks, vw, np.array([2.0, 1.0, 2.0]), 2.0)  # parts 0 and 2 full
-    assert K._room_in(1, masks, vw, np.array([2.0, 1.0, 1.0]), 2.0)  # part 2 has room
-    assert not K._room_in(3, masks, vw, np.array([0.0, 1.0, 2.0]), 2.0)  # only part 0 has room: not a neighbour
-    assert K._room_in(3, np.zeros(0, dtype=np.uint64), vw, np.array([2.0, 2.0, 2.0]), 2.0)  # no masks: always
+    # _room_in(k, masks, node weight, part weights, bound): k indexes the masks (a node id, or its rows' slot)
+    assert not K._room_in(1, masks, 1.0, np.array([2.0, 1.0, 2.0]), 2.0)  # parts 0 and 2 full
+    assert K._room_in(1, masks, 1.0, np.array([2.0, 1.0, 1.0]), 2.0)  # part 2 has room
+    assert not K._room_in(1, masks, 1.5, np.array([2.0, 1.0, 1.0]), 2.0)  # ... but not for a node of weight 1.5
+    assert not K._room_in(3, masks, 1.0, np.array([0.0, 1.0, 2.0]), 2.0)  # only part 0 has room: not a neighbour
+    assert K._room_in(3, np.zeros(0, dtype=np.uint64), 1.0, np.array([2.0, 2.0, 2.0]), 2.0)  # no masks: always
 
 
 def test_gain_heap_pops_by_gain_then_hash_with_interleaved_pushes():
