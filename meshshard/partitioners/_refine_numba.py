@@ -31,7 +31,8 @@ _M3 = np.uint64(0x94D049BB133111EB)
 #: fm_refine keeps rows of each node's edge weight to every part (float64 + int32 ``[n, P]``, 1.5 MB) up to this many
 #: entries; above, it tallies each node's edges per rating. Measured on the FM calls of the saved gmsh family (2 shared
 #: cores, 7 parts): rows took 0.85x the tallies' time at ~10k nodes, but 1.09x at ~100k when every level had them
-#: (8.4 MB of rows read at random); with this bound, 0.98x at ~100k (its coarse levels have rows)
+#: (8.4 MB of rows read at random); with this bound, 0.98x at ~100k (its coarse levels have rows). Measured when the
+#: rows sat at the node ids; since 28 Nov 2026 they sit in first-rating order, and the bound was not measured again
 _ROW_ENTRIES = 1 << 17
 
 
