@@ -28,12 +28,16 @@ _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
 
 
-#: fm_refine keeps rows of each node's edge weight to every part (float64 + int32 ``[n, P]``, 1.5 MB) up to this many
-#: entries; above, it tallies each node's edges per rating. Measured on the FM calls of the saved gmsh family (2 shared
-#: cores, 7 parts): rows took 0.85x the tallies' time at ~10k nodes, but 1.09x at ~100k when every level had them
-#: (8.4 MB of rows read at random); with this bound, 0.98x at ~100k (its coarse levels have rows). Measured when the
-#: rows sat at the node ids; since 28 Nov 2026 they sit in first-rating order, and the bound was not measured again
-_ROW_ENTRIES = 1 << 17
+#: fm_refine keeps rows of each rated node's edge weight to every part (float64 + int32, ``P`` each, in the order of
+#: first rating) up to this many entries ``n * P``; above, it tallies each node's edges per rating. Measured on the FM
+#: calls of the saved gmsh family (2 shared cores, 7 parts) when the rows sat at the node ids (``[n, P]``): 0.85x the
+#: tallies' time at ~10k nodes, but 1.09x at ~100k when every level had them (8.4 MB of rows read at random), so the
+#: bound was 2**17 (~10k nodes at 7 parts). In first-rating order the rows a pass reads lie together; measured
+#: (28 Nov 2026, saved family, time / METIS's summed over the meshes, two processes each) 2**21 against 2**17: ~100k
+#: with two threads kdtree 0.570, 0.581 against 0.624, 0.615, hilbert 0.598, 0.628 against 0.680, 0.677, with one
+#: thread within the noise; the 2M-node lattice (best of 2, two processes) kdtree 0.80, 0.52 against 0.74, 0.55,
+#: hilbert 0.48, 0.48 against 0.52, 0.59; the same partitions
+_ROW_ENTRIES = 1 << 21
 
 
 @njit(cache=True, inline="always")
