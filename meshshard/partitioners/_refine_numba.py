@@ -655,12 +655,14 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
 def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt, listed,
                cand, count, rows):
     """:func:`fm_refine`'s passes. ``rows`` 2-D (any shape): each node rated keeps rows of its edge weight and edge
-    count to every part (float64 and int32 ``[n, P]``), updated as its neighbours move (the rollback included), so
+    count to every part (float64 and int32 ``[n, P]``; node ``u``'s are row ``slot[u]``, handed out in the order of
+    first rating), updated as its neighbours move (the rollback included), so
     rating it again reads P numbers instead of its edges; the moves' neighbours, re-rated after every move, are
     most of the ratings. ``rows`` 1-D: every rating tallies the node's edges. The two are separate compilations
     (``rows.ndim`` is a constant to numba, which drops the other branch: a run-time switch between them made the
     tally kernel ~1.4x slower), and they rate every node alike, so they return the same partition for integer
-    weights (for float weights the rows' sums may differ in the last bits). Measured: see ``_ROW_ENTRIES``. The
+    weights (for float weights the rows' sums may differ in the last bits; tests/partitioners/test_refine.py checks
+    it). Measured: see ``_ROW_ENTRIES``. The
     "fill the row if missing, then rate from it" steps are written out at each rating: as one inlined helper (a
     branch inside) they made the passes 1.3x slower, and 1.57x in a second measurement (replayed FM calls of the
     ~10k family, 28 Nov 2026)."""
