@@ -29,7 +29,7 @@ Every figure is a ratio against a baseline measured in the same run:
    ``improve_partition`` (1 V-cycle) refining the kdtree / hilbert partition; plus the
    ``disconnected_parts`` of every result. Below 500k nodes every geometric run (each seed) is timed again right
    next to METIS at the same seed, in several rounds: the median of a mesh's paired ratios is the time the target
-   checks (a pair meets one load; best-of ratios time each side at its own quietest moment).
+   checks (a pair meets one load; best-of ratios compare each side's quietest moment, taken at different times).
 8. tries (only with ``--only tries``): ``refine_tries=1`` against ``2`` for kdtree and hilbert on the family at
    ~10k and ~100k nodes, seeds 0-5 (or ``--seeds``): cut / METIS's cut and time / METIS's time per mesh (mean
    and range over the seeds), then mean, worst and the runs above 1.1x / 1.15x over all of them.
@@ -202,9 +202,9 @@ def _paired(pairs: dict, rounds: int) -> dict:
     """``pairs[key] = (fn, base)``: each round runs every ``fn`` right next to its ``base`` (the keys in a new order
     each round, ``base`` first in every other pair) -> ``{key: [fn's time / base's, one per round]}``.
 
-    A pair meets one load, so its ratio cancels what the load does to both runs. Best-of ratios do not: each side
-    is timed at its own quietest moment, and a quiet moment for one thread (METIS) comes more often than one for
-    two (the refinement's). In three runs of ``--only family --sizes 10k --seeds 0,1,2`` on these 2 shared cores
+    A pair meets one load, so its ratio cancels what the load does to both runs; best-of ratios compare each side's
+    quietest moment, taken at different times. The slowest seed's best-of ratio also takes the largest of three
+    noisy draws (the seeds) against one (METIS at the first seed). In three runs of ``--only family --sizes 10k --seeds 0,1,2`` on these 2 shared cores
     (28 Nov 2026, midday) the worst mesh's slowest seed's best time / METIS's seed-0 best was (kdtree,
     hilbert) 1.09, 1.15; 1.11, 1.12; 0.91, 0.91, and the worst mesh's median of its paired ratios 0.89, 0.98;
     0.87, 0.89; 0.85, 0.89."""
