@@ -204,10 +204,10 @@ def _paired(pairs: dict, rounds: int) -> dict:
 
     A pair meets one load, so its ratio cancels what the load does to both runs; best-of ratios compare each side's
     quietest moment, taken at different times. The slowest seed's best-of ratio also takes the largest of three
-    noisy draws (the seeds) against one (METIS at the first seed). In three runs of ``--only family --sizes 10k --seeds 0,1,2`` on these 2 shared cores
-    (28 Nov 2026, midday) the worst mesh's slowest seed's best time / METIS's seed-0 best was (kdtree,
-    hilbert) 1.09, 1.15; 1.11, 1.12; 0.91, 0.91, and the worst mesh's median of its paired ratios 0.89, 0.98;
-    0.87, 0.89; 0.85, 0.89."""
+    noisy draws (the seeds) against one (METIS at the first seed). In three runs of ``--only family --sizes 10k
+    --seeds 0,1,2`` on these 2 shared cores (28 Nov 2026, midday) the worst mesh's slowest seed's best time /
+    METIS's seed-0 best was (kdtree, hilbert) 1.09, 1.15; 1.11, 1.12; 0.91, 0.91, and the worst mesh's median of
+    its paired ratios 0.89, 0.98; 0.87, 0.89; 0.85, 0.89."""
     ratios = {k: [] for k in pairs}
     keys = list(pairs)
     order = np.random.default_rng(1)

@@ -6,6 +6,7 @@ script finishes, prints the ratio tables it documents, and that its exactness co
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,29 @@ def test_bench_partition_engines_distributed_family():
         assert any(f"| {label} |" in line for line in out.splitlines()), label
     rows = [line for line in out.splitlines() if line.startswith(("| hilbert |", "| kdtree |"))]
     assert len(rows) == 4 and all(line.rstrip().endswith("| yes |") for line in rows), rows
+
+
+def test_paired_timing_divides_each_run_by_the_baseline_beside_it(monkeypatch):
+    # a fake clock that only the runs advance: fn takes 3 ticks, its baseline 1, whichever goes first, so every
+    # ratio is 3 (1/3 if the two were swapped); each key gets one ratio per round
+    sys.path.insert(0, str(BENCH))
+    import bench_partition
+
+    clock = [0.0]
+    monkeypatch.setattr(bench_partition, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
+    calls = []
+
+    def ticking(name, ticks):
+        def run():
+            calls.append(name)
+            clock[0] += ticks
+        return run
+
+    pairs = {k: (ticking(f"fn{k}", 3.0), ticking(f"base{k}", 1.0)) for k in range(3)}
+    ratios = bench_partition._paired(pairs, 4)
+    assert sorted(ratios) == [0, 1, 2] and all(r == [3.0] * 4 for r in ratios.values())
+    firsts = [calls[i] for i in range(0, len(calls), 2)]
+    assert any(f.startswith("fn") for f in firsts) and any(f.startswith("base") for f in firsts)  # the order alternates
 
 
 @pytest.mark.timeout(150)
