@@ -400,29 +400,3 @@ def test_fm_rows_and_tallies_give_the_same_partition():
             moved += int(not np.array_equal(out[0][0], start))
     assert moved == 12
 
-
-def test_fm_rows_and_tallies_give_the_same_partition():
-    """FM rates nodes from rows kept per rated node (up to ``_ROW_ENTRIES`` entries) or from a tally of each
-    node's edges (above): two compilations of ``_fm_passes`` that must move the same nodes. Integer node and edge
-    weights (a coarse level's are sums of ones) and a tight bound, so rows, room masks and rollbacks all matter."""
-    from meshshard.partitioners import _refine_numba as K
-    from meshshard.partitioners.multilevel import _csr
-
-    ei, _ = _grid(24)
-    n = 24 * 24
-    rng = np.random.default_rng(1)
-    ew = rng.integers(1, 4, ei.shape[1]).astype(float)
-    indptr, indices, data = _csr(ei, n, ew)
-    for trial in range(8):
-        start = rng.integers(0, 5, n)
-        vw = rng.integers(1, 3, n).astype(float)
-        bound = float(np.bincount(start, weights=vw, minlength=5).max()) * (1.0 + 0.03 * (trial % 3))
-        out = []
-        for rows in (np.empty((0, 0)), np.empty(0)):  # 2-D: rows; 1-D: tallies
-            a = start.copy()
-            listed, cand, count = K.boundary_candidates(indptr, indices, a)
-            cut = K._fm_passes(indptr, indices, data, vw, a, 5, bound, 8, 16, 0.0, trial, listed, cand, count, rows)
-            out.append((a, cut, np.sort(cand[:count[0]])))
-        assert np.array_equal(out[0][0], out[1][0]) and out[0][1] == out[1][1]
-        assert np.array_equal(out[0][2], out[1][2])  # the same candidates left for the next caller
-        assert out[0][1] == K.cut_weight(indptr, indices, data, out[0][0]) < K.cut_weight(indptr, indices, data, start)
