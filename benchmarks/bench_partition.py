@@ -691,7 +691,7 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
     worst = {c: [0.0, 0.0, 0.0] for c in cols}  # cut, time (best of rounds), time (paired; the big lattice: best of)
     worst_one = {m: 0.0 for m in ONE_THREAD}
     metis_spread = [1.0, 1.0]  # METIS's own cut over the seeds / its first seed's: lowest, highest
-    paired = {c: 0.0 for c in cols}  # worst cut / METIS's cut at the same seed
+    cut_same_seed = {c: 0.0 for c in cols}  # worst cut / METIS's cut at the same seed
     for group in groups:
         measured = []
         for label, make in group:
@@ -720,12 +720,14 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
         # every geometric run again, right next to METIS at the same seed, all meshes of the group interleaved (not
         # on the big lattice: one round there); a mesh's figure is the median of its pairs over seeds and rounds
         small = [k for k, (_, _, _, n, _, _, _) in enumerate(measured) if n < 500_000]
-        pair_ratios = _paired(
-            {(k, c, s): (measured[k][4][(c, s)],
-                         lambda s=s, pts=measured[k][1], ei=measured[k][2]: partition(pts, num_parts, "graph",
-                                                                                     edge_index=ei, seed=s))
-             for k in small for c in geo for s in seeds},
-            7 if all(measured[k][3] < 50_000 for k in small) else 3) if small else {}
+        pairs = {}
+        for k in small:
+            _, pts, ei, n, runs, _, _ = measured[k]
+            for c in geo:
+                for s in seeds:
+                    pairs[(k, c, s)] = (runs[(c, s)], lambda s=s, pts=pts, ei=ei: partition(
+                        pts, num_parts, "graph", edge_index=ei, seed=s))
+        pair_ratios = _paired(pairs, 7 if all(measured[k][3] < 50_000 for k in small) else 3) if small else {}
         for k, (label, pts, ei, n, runs, out, best) in enumerate(measured):
             tm = best[("graph", None)]
             paired_time = {c: float(np.median([x for s in seeds for x in pair_ratios[(k, c, s)]])) for c in geo} \
@@ -744,7 +746,8 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
                 worst[c] = [max(worst[c][0], max(cuts)), max(worst[c][1], tr),
                             max(worst[c][2], paired_time.get(c, tr))]
                 if not c.endswith("+mtk"):
-                    paired[c] = max([paired[c]] + [x * metis_cuts[0] / m for x, m in zip(cuts, metis_cuts)])
+                    cut_same_seed[c] = max([cut_same_seed[c]]
+                                           + [x * metis_cuts[0] / m for x, m in zip(cuts, metis_cuts)])
                 cells.append(f"{cut:.3f}, {best[keys[0]] / tm:.2f}"
                              + (f" [{min(cuts):.2f}-{max(cuts):.2f} / {tr:.2f}]" if len(cuts) > 1 else "")
                              + ("" if imb <= 1.01 + 1e-9 else f" (imb {imb:.3f})"))
@@ -766,7 +769,7 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
     if len(seeds) > 1:
         print(f"METIS itself over seeds {', '.join(map(str, seeds))}: its cut is {metis_spread[0]:.3f}-"
               f"{metis_spread[1]:.3f}x its seed-{seeds[0]} cut across the meshes. Worst cut / METIS's cut at the "
-              "same seed: " + "; ".join(f"{c} {w:.3f}" for c, w in paired.items() if not c.endswith("+mtk")))
+              "same seed: " + "; ".join(f"{c} {w:.3f}" for c, w in cut_same_seed.items() if not c.endswith("+mtk")))
     return worst
 
 
