@@ -13,8 +13,7 @@ from meshshard.tensor.shard_tensor import ShardTensor
 from meshshard.tensor import _ops  # noqa: F401  (registers the built-in op families)
 from meshshard.tensor._ops._common import PromotionWarning
 from meshshard.tensor.scatter import scatter_tensor
-from meshshard.tensor._ops.attention import neighborhood_attention
-from meshshard.tensor._ops.loss import max_abs_error, relative_l2_error
+from meshshard.tensor.functional import max_abs_error, neighborhood_attention, relative_l2_error
 
 __all__ = ["ShardTensor", "scatter_tensor", "PromotionWarning", "relative_l2_error", "max_abs_error",
            "neighborhood_attention"]

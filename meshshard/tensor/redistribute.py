@@ -1,4 +1,7 @@
-"""Placement changes of a ShardTensor with uneven shards (differentiable).
+"""Placement changes of uneven shards, on local tensors (differentiable).
+
+:meth:`meshshard.tensor.ShardTensor.redistribute` wraps :func:`redistribute_local`; this module
+works on plain local tensors and knows nothing of the ShardTensor class.
 
 Built on the variable-size collectives of :mod:`meshshard.distributed.autograd`. Gradient
 convention: a replicated tensor's gradient is the full gradient, identical on every rank; a
@@ -11,12 +14,10 @@ from typing import List, Sequence
 import torch
 
 from meshshard.distributed import Partial, Replicate, Shard
-from meshshard.distributed.agree import get_validation, validation
 from meshshard.distributed.autograd import all_gather_v, all_reduce_sum, all_to_all_v, reduce_scatter_v
-from meshshard.tensor.spec import (chunk_sizes, layout_signature, normalize_placements, pack_sizes,
-                                   resolve_sharding_shapes, shard_dims_of, sizes_by_mesh_dim)
+from meshshard.tensor.spec import sizes_by_mesh_dim
 
-__all__ = ["redistribute", "redistribute_local"]
+__all__ = ["redistribute_local"]
 
 
 def _offsets(sizes: Sequence[int]) -> List[int]:
@@ -154,39 +155,3 @@ def redistribute_local(local: torch.Tensor, mesh, src_placements, src_sizes, dst
             raise NotImplementedError(f"ShardTensor.redistribute: {a} -> {b} on mesh dim {m} is not supported")
         cur[m] = b
     return local
-
-
-def redistribute(st, placements=None, sharding_shapes=None):
-    """See :meth:`meshshard.tensor.ShardTensor.redistribute`."""
-    from meshshard.tensor.shard_tensor import _FromLocal
-
-    mesh = st.device_mesh
-    target = normalize_placements(st.placements if placements is None else placements, mesh)
-    target = tuple(Shard(p.dim % st.dim()) if isinstance(p, Shard) and p.dim < 0 else p for p in target)
-    dst_sds = shard_dims_of(target)
-    for _, d in dst_sds:
-        if d >= st.dim():
-            raise ValueError(f"redistribute: Shard({d}) of a {st.dim()}-d tensor")
-    src = sizes_by_mesh_dim(st.placements, st._shard_sizes)
-    new_sizes = None
-    checked = False
-    if dst_sds and sharding_shapes is not None:
-        # One exchange checks on every rank alike the new layout (sum, agreement) and the tensor
-        # (dtype, features, placements, current sizes), so a bad layout on one rank cannot hang
-        # the others, and the collectives below need no check of their own.
-        checked = get_validation() and mesh.size() > 1
-        totals = [st.shape[d] for _, d in dst_sds]
-        new_sizes = resolve_sharding_shapes("redistribute", sharding_shapes, mesh, target,
-                                            total=totals[0] if len(totals) == 1 else totals,
-                                            signature=layout_signature(st._local_tensor, mesh, st.placements,
-                                                                       st._shard_sizes))
-    elif dst_sds:
-        per_dim = [None] * mesh.ndim
-        for m, d in dst_sds:
-            same = st.placements[m] == target[m]
-            per_dim[m] = list(src[m]) if same else chunk_sizes(st.shape[d], mesh.size(m))
-        new_sizes = pack_sizes(target, per_dim)
-    local = st.to_local()
-    with validation(not checked and get_validation()):  # checked above already: no second check
-        local = redistribute_local(local, mesh, st.placements, st._shard_sizes, target, new_sizes)
-    return _FromLocal.apply(local, mesh, target, None if new_sizes is None else tuple(new_sizes))

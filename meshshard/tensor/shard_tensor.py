@@ -26,8 +26,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 from meshshard.distributed import DeviceMesh, DTensor, Replicate, Shard, default_device_mesh
+from meshshard.distributed.agree import get_validation, validation
 from meshshard.tensor import _registry as reg
-from meshshard.tensor.spec import (gradient_placements, infer_shard_sizes, layout_signature, make_spec,
+from meshshard.tensor.redistribute import redistribute_local
+from meshshard.tensor.spec import (chunk_sizes, gradient_placements, infer_shard_sizes, layout_signature, make_spec,
                                    normalize_placements, pack_sizes, resolve_sharding_shapes, shard_dim_of,
                                    shard_dims_of, sizes_by_mesh_dim)
 
@@ -75,7 +77,6 @@ class _ToLocal(torch.autograd.Function):
         mesh, placements, sizes = ctx.layout
         target = gradient_placements(placements)
         if ctx.grad_placements is not None and tuple(ctx.grad_placements) != target:
-            from meshshard.tensor.redistribute import redistribute_local
             with torch.no_grad():
                 grad = redistribute_local(grad, mesh, tuple(ctx.grad_placements), sizes, target, sizes)
         return _make(grad.contiguous(), mesh, target, sizes), None
@@ -90,7 +91,6 @@ def _grad_local(grad, mesh, placements, sizes) -> torch.Tensor:
         return grad  # a plain tensor from the engine: already local
     target = gradient_placements(placements)
     if tuple(grad.placements) != target or grad._shard_sizes != sizes:
-        from meshshard.tensor.redistribute import redistribute_local
         with torch.no_grad():
             return redistribute_local(grad._local_tensor, mesh, grad.placements, grad._shard_sizes, target, sizes)
     return grad._local_tensor
@@ -299,10 +299,39 @@ class ShardTensor(DTensor):
 
             st2 = st.redistribute(placements=(Shard(0),), sharding_shapes={0: [(n, F) for n in new_sizes]})
         """
-        from meshshard.tensor.redistribute import redistribute
         if device_mesh is not None and device_mesh != self.device_mesh:
             raise NotImplementedError("ShardTensor.redistribute to another device mesh is not supported")
-        return redistribute(self, placements, sharding_shapes)
+
+        mesh = self.device_mesh
+        target = normalize_placements(self.placements if placements is None else placements, mesh)
+        target = tuple(Shard(p.dim % self.dim()) if isinstance(p, Shard) and p.dim < 0 else p for p in target)
+        dst_sds = shard_dims_of(target)
+        for _, d in dst_sds:
+            if d >= self.dim():
+                raise ValueError(f"redistribute: Shard({d}) of a {self.dim()}-d tensor")
+        src = sizes_by_mesh_dim(self.placements, self._shard_sizes)
+        new_sizes = None
+        checked = False
+        if dst_sds and sharding_shapes is not None:
+            # One exchange checks on every rank alike the new layout (sum, agreement) and the tensor
+            # (dtype, features, placements, current sizes), so a bad layout on one rank cannot hang
+            # the others, and the collectives below need no check of their own.
+            checked = get_validation() and mesh.size() > 1
+            totals = [self.shape[d] for _, d in dst_sds]
+            new_sizes = resolve_sharding_shapes("redistribute", sharding_shapes, mesh, target,
+                                                total=totals[0] if len(totals) == 1 else totals,
+                                                signature=layout_signature(self._local_tensor, mesh, self.placements,
+                                                                           self._shard_sizes))
+        elif dst_sds:
+            per_dim = [None] * mesh.ndim
+            for m, d in dst_sds:
+                same = self.placements[m] == target[m]
+                per_dim[m] = list(src[m]) if same else chunk_sizes(self.shape[d], mesh.size(m))
+            new_sizes = pack_sizes(target, per_dim)
+        local = self.to_local()
+        with validation(not checked and get_validation()):  # checked above already: no second check
+            local = redistribute_local(local, mesh, self.placements, self._shard_sizes, target, new_sizes)
+        return _FromLocal.apply(local, mesh, target, None if new_sizes is None else tuple(new_sizes))
 
     def full_tensor(self, *, grad_placements=None) -> torch.Tensor:
         """The whole tensor on every rank, rows in rank order (differentiable; each rank's gradient

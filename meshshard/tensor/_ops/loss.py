@@ -20,14 +20,14 @@ import torch
 import torch.nn.functional as F
 from torch.nn import _reduction
 
-from meshshard.distributed import ReduceOp, Replicate, Shard, all_reduce
+from meshshard.distributed import Replicate, Shard
 from meshshard.distributed.autograd import all_reduce_sum
 from meshshard.tensor.shard_tensor import ShardTensor, _FromLocal
 from meshshard.tensor.spec import shard_dim_of
 from meshshard.tensor._ops._common import (align_plain, is_replicated, layout, local_of, op_name, reference,
                                            register, wrap)
 
-__all__ = ["loss_handler", "LOSSES", "relative_l2_error", "max_abs_error"]
+__all__ = ["loss_handler", "LOSSES"]
 
 _CLASS_LOSSES = (F.cross_entropy, F.nll_loss)
 _WEIGHT_SUM_MEAN = (F.mse_loss, F.l1_loss)  # with weight=, torch's mean divides by the weights' sum
@@ -190,45 +190,6 @@ def loss_handler(func, types, args, kwargs):
                            "own rows); see the error raised there")
     value = red[0] / red[1] if a["reduction"] == "mean" else red[0]
     return _FromLocal.apply(value, ref.device_mesh, tuple(Replicate() for _ in ref.placements), None)
-
-
-def relative_l2_error(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """``||pred - target||_2 / ||target||_2`` over every element of the WHOLE tensors (differentiable).
-
-    Args:
-        pred, target: ShardTensors of the same layout (or plain tensors, or one of each, paired
-            by the rules of element-wise ops), any shape, e.g. ``[N, C]`` sharded over rows.
-
-    Returns:
-        A scalar: a replicated ShardTensor for sharded input (``.item()`` is the same float on
-        every rank), a plain tensor otherwise.
-    """
-    diff = pred - target
-    return (diff * diff).sum().sqrt() / (target * target).sum().sqrt()
-
-
-def max_abs_error(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """``max |pred - target|`` over every element of the WHOLE tensors (a metric: no gradient).
-
-    Each rank takes the maximum of its own rows (0 for a rank without rows), then one all-reduce
-    MAX over the sharding mesh dim.
-
-    Args:
-        pred, target: as in :func:`relative_l2_error`.
-
-    Returns:
-        A scalar: a replicated ShardTensor for sharded input, a plain tensor otherwise.
-    """
-    with torch.no_grad():
-        diff = (pred - target).abs()
-        if not isinstance(diff, ShardTensor):
-            return diff.max()
-        sd = shard_dim_of(diff.placements)
-        local = diff.to_local()
-        peak = local.max() if local.numel() else torch.zeros((), dtype=local.dtype, device=local.device)
-        if sd is not None:
-            all_reduce(peak, op=ReduceOp.MAX, group=diff.device_mesh.get_group(sd[0]))
-        return _FromLocal.apply(peak, diff.device_mesh, tuple(Replicate() for _ in diff.placements), None)
 
 
 register(loss_handler, LOSSES)
