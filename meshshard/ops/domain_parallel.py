@@ -1,13 +1,16 @@
-r"""``DomainParallel``: run an unmodified PyG model on a sharded graph, like DDP for domains.
+r"""``DomainParallel``: run an unmodified model on sharded data, like DDP for domains.
 
-Every rank holds the same parameters and one part of the graph (a :class:`ShardedGraph`).
-``DomainParallel(model)(x, g, *args)`` calls ``model(x_local, edge_index_local, *args_local)`` on
-this rank's rows and edges and returns the owned rows of the whole-graph result as a ShardTensor
-(``Shard(0)``, shard sizes = owned counts). Nothing in PyG or in the model is patched: for the
-duration of the call, forward hooks on the model's own ``MessagePassing`` instances swap in the
-rows the layer needs, and are removed afterwards.
+Every rank holds the same parameters and one part of the data. Any model takes ShardTensor
+inputs, ``DomainParallel(model)(*inputs)``, and runs on them as it is: each op is a ShardTensor op
+that equals the single-process op on the whole tensors. A graph model takes a
+:class:`ShardedGraph`, ``DomainParallel(model)(x, g, *args)``, and is called as
+``model(x_local, edge_index_local, *args_local)`` on this rank's rows and edges; the owned rows of
+the whole-graph result come back as a ShardTensor (``Shard(0)``, shard sizes = owned counts).
+Nothing in PyG or in the model is patched: for the duration of the call, forward hooks on the
+model's own ``MessagePassing`` instances swap in the rows the layer needs, and are removed
+afterwards.
 
-Two modes, chosen per call (``exchange="auto"``):
+Graph models run in one of two modes, chosen per call (``exchange="auto"``):
 
 * ``"per_layer"``: the model sees the owned rows and the edges into them; before every outermost
   ``MessagePassing`` layer a hook appends the ghost rows (one :meth:`ShardedGraph.exchange`), and
@@ -19,8 +22,10 @@ Two modes, chosen per call (``exchange="auto"``):
 
 ``gcn_norm`` layers get whole-graph degrees through :func:`meshshard.ops.conv.global_gcn_inputs`.
 
-Backward: the loss of the whole graph is a sum over ranks, so its gradient with respect to a
-replicated parameter is the SUM of the ranks' gradients. On a 2-D ``("data", "domain")`` mesh the
+Backward: every parameter's gradient is the SUM over ranks of each rank's share (for graph
+models, the loss is a sum over ranks' rows; for ShardTensor ops, the shares follow
+:mod:`meshshard.tensor._gradient_rule`, which keeps a contribution computed alike on every rank
+on one rank only). On a 2-D ``("data", "domain")`` mesh the
 sum runs over every rank: the domain ranks' sum rebuilds each sample's gradient, the data groups'
 sum adds the samples (scale each loss by ``1 / samples in the step`` for their mean). Hooks that run when a parameter's
 gradient has been accumulated pack the gradients into buckets (~25 MB, in reverse parameter order,
@@ -231,7 +236,15 @@ def _check_replicas_equal(module: nn.Module, group) -> None:
 
 
 class _GradReducer:
-    """Sums replicated parameters' gradients over the group during backward, in buckets."""
+    """Sums parameters' gradient shares over the group during backward, in buckets.
+
+    A hook on each parameter sees this backward's contribution before it is accumulated into
+    ``.grad``; once a bucket's parameters are all accumulated, the contributions (plus any left
+    unreduced by ``no_sync`` backwards) are all-reduced asynchronously, in the same bucket order on
+    every rank, and the end of backward writes the sums into ``.grad``. Only contributions are
+    reduced, so gradients zeroed, kept or accumulated between backwards (in any order relative
+    to the forward) stay right.
+    """
 
     def __init__(self, params, group, bucket_bytes: int) -> None:
         self.params = [p for p in params if p.requires_grad]
@@ -247,39 +260,44 @@ class _GradReducer:
             self.buckets[b].append(p)
             size[b] += p.numel() * p.element_size()
         self.bucket_of = {p: b for b, ps in enumerate(self.buckets) for p in ps}
-        self.handles = [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params]
-        self.active = False
-        self.local_grads = False  # .grad holds unreduced sums (no_sync accumulation)
+        self.handles = [p.register_hook(self._pre_hook(p)) for p in self.params]
+        self.handles += [p.register_post_accumulate_grad_hook(self._on_grad) for p in self.params]
+        self.mode = None          # None: not armed; "sync": reduce this backward; "local": no_sync
+        self.pending = {}         # parameter -> contributions of no_sync backwards, not yet reduced
+        self.contrib, self.had_grad = {}, {}
 
     def prepare(self, sync: bool) -> None:
         """Arm the hooks for the backward of a forward run with grad enabled: reduce (``sync``) or
         let it accumulate locally."""
         if not torch.is_grad_enabled():
             return
-        if not sync:
-            self.local_grads = True
-            self.active = False
+        if not (msd.is_initialized() and msd.get_world_size(self.group) > 1):
+            self.mode = None
             return
-        self._arm()
-
-    def _arm(self) -> bool:
-        self.active = msd.is_initialized() and msd.get_world_size(self.group) > 1
-        if not self.active:
-            return False
-        # Gradients already reduced by an earlier backward must not be summed again.
-        self.prev = {} if self.local_grads else {p: p.grad.detach().clone() for p in self.params if p.grad is not None}
-        self.local_grads = False
+        self.mode = "sync" if sync else "local"
+        self.contrib, self.had_grad = {}, {}
         self.ready, self.next, self.works, self.queued = [0] * len(self.buckets), 0, [], False
-        return True
+
+    def _pre_hook(self, p):
+        def hook(grad):
+            if self.mode == "local":
+                self.pending[p] = grad.detach().clone() if p not in self.pending else self.pending[p] + grad.detach()
+            elif self.mode == "sync":
+                self.contrib[p] = grad.detach()
+                self.had_grad[p] = p.grad is not None
+            return None
+        return hook
 
     def reduce_now(self) -> None:
         """Reduce every bucket at once, in the order a backward launches them (so the call pairs
         with other ranks' backward reductions)."""
-        if self._arm():
-            self._finish()
+        if not (msd.is_initialized() and msd.get_world_size(self.group) > 1):
+            return
+        self.prepare(True)
+        self._finish()
 
     def _on_grad(self, p) -> None:
-        if not self.active:
+        if self.mode != "sync":
             return
         if not self.queued:
             torch.autograd.Variable._execution_engine.queue_callback(self._finish)
@@ -289,59 +307,77 @@ class _GradReducer:
         while self.next < len(self.buckets) and self.ready[self.next] == len(self.buckets[self.next]):
             self._launch(self.next)
 
+    def _share(self, p) -> torch.Tensor:
+        """What this rank adds to the sum for ``p``: this backward's contribution and the pending ones."""
+        share = self.contrib.get(p)
+        pending = self.pending.get(p)
+        if share is None:
+            share = pending if pending is not None else torch.zeros_like(p)
+        elif pending is not None:
+            share = share + pending
+        return share
+
     def _launch(self, b: int) -> None:
-        parts = []
-        for p in self.buckets[b]:
-            grad = p.grad if p.grad is not None else torch.zeros_like(p)
-            prev = self.prev.get(p)
-            parts.append((grad if prev is None else grad - prev).reshape(-1))
-        flat = torch.cat(parts)
-        self.works.append((b, flat, msd.all_reduce_async(flat, group=self.group)))
+        flat = torch.cat([self._share(p).reshape(-1) for p in self.buckets[b]])
+        self.works.append((b, flat, msd.all_reduce_async(flat.clone(), group=self.group)))
         self.next = b + 1
 
     def _finish(self) -> None:
-        while self.next < len(self.buckets):  # parameters this backward did not reach: zeros
+        while self.next < len(self.buckets):  # parameters this backward did not reach
             self._launch(self.next)
         for b, flat, work in self.works:
-            work.wait()
+            total = work.wait()
             offset = 0
             for p in self.buckets[b]:
-                total = flat[offset:offset + p.numel()].view_as(p)
-                offset += p.numel()
-                prev = self.prev.get(p)
-                total = total if prev is None else prev + total
-                if p.grad is None:
-                    p.grad = total.clone()
+                n = p.numel()
+                share, summed = flat[offset:offset + n].view_as(p), total[offset:offset + n].view_as(p)
+                offset += n
+                fresh = p in self.contrib and not self.had_grad[p] and p not in self.pending
+                if p.grad is None or fresh:  # .grad holds exactly this backward's share: replace it
+                    p.grad = summed.clone()
                 else:
-                    p.grad.copy_(total)
-        self.active, self.prev, self.works = False, {}, []
+                    p.grad.add_(summed - share)
+        self.mode, self.works, self.pending, self.contrib, self.had_grad = None, [], {}, {}, {}
 
 
 class DomainParallel(nn.Module):
-    r"""Run any model built from PyG layers on a sharded graph, with replicated parameters kept equal.
+    r"""Run an unmodified model on sharded data, with replicated parameters kept equal: the one door.
 
-    ``DomainParallel(model)(x, g, *args, **kwargs)`` equals ``model(x_all, edge_index, *args_all)``
-    on the whole graph, restricted to this rank's owned rows, forward and backward (see the module
-    docstring). ``model`` is used unchanged.
+    Any model: ``DomainParallel(model)(*inputs)`` with ShardTensor inputs (an image sharded in
+    height and width, a point cloud sharded by a k-d tree partition, several inputs with different
+    layouts) calls ``model(*inputs)``; every op inside runs on ShardTensors and equals the
+    single-process op on the whole tensors. Graph models: ``DomainParallel(model)(x, g, *args)``
+    equals ``model(x_all, edge_index, *args_all)`` on the whole graph, restricted to this rank's
+    owned rows (see the module docstring). ``model`` is used unchanged in both.
+
+    Gradients: after ``loss.backward()`` of a loss computed on ShardTensors (the global loss),
+    every parameter's ``.grad`` equals the single-process gradient, whatever the parameter touched
+    (sharded rows, replicated values such as a Transolver's slice tokens, or both): each rank's
+    share follows :mod:`meshshard.tensor._gradient_rule`, and the reducer sums the shares over the
+    ranks once, in buckets that overlap backward. ``no_sync()`` accumulates shares and the next
+    synchronised backward sums them.
 
     Args:
         module: the model (``torch_geometric.nn.models.GCN``, a stack of ``MessagePassing``
             layers, :class:`meshshard.models.MeshGraphNet`, ...), called as
             ``module(x, edge_index, *args, **kwargs)``. Its parameters must be equal on every rank.
         graph: a default :class:`ShardedGraph`, used when the call passes none.
-        mesh: the 1-D ``DeviceMesh`` of the domain ranks (default: the graph's group and the
-            default mesh); output ShardTensors live on it. Or a 2-D mesh over every rank with a
-            dim named ``"domain"`` (e.g. ``init_device_mesh("cpu", (2, 2), mesh_dim_names=("data",
-            "domain"))``, data x domain parallel): outputs live on ``mesh["domain"]`` (each group
-            of domain ranks shares one graph) and gradients are summed over ALL ranks.
+        mesh: the 1-D ``DeviceMesh`` of the domain ranks (default: the graph's group, or every
+            rank); gradients are summed over its ranks and graph outputs live on it. Or a mesh of
+            several dims over every rank: gradients are summed over ALL ranks; with a dim named
+            ``"domain"`` (e.g. ``init_device_mesh("cpu", (2, 2), mesh_dim_names=("data",
+            "domain"))``, data x domain parallel) graph outputs live on ``mesh["domain"]`` (each
+            group of domain ranks shares one graph); any-model inputs may live on the whole mesh
+            (an image split in height and width on a 2x2 mesh) or on a sub-mesh.
         exchange: ``"auto"`` (default), ``"per_layer"`` or ``"once"``.
         bucket_cap_mb: gradient bucket size in MB.
 
     Raises:
         ValueError: a layer no rank can compute exactly (``ChebConv``, ``DynamicEdgeConv``,
             ``GravNetConv``, ``DirGNNConv``, ``flow="target_to_source"``; at call time also
-            BatchNorm in training mode and graph-wide norms such as ``GraphNorm``); a 2-D mesh
-            without a ``"domain"`` dim or not holding every rank.
+            BatchNorm in training mode and graph-wide norms such as ``GraphNorm``); a mesh of
+            several dims not holding every rank.
+        TypeError: a DTensor parameter (``distribute_module`` already reduces those).
         CollectiveMismatchError: (every rank) parameters or buffers differ across ranks, naming
             the first one.
 
@@ -367,18 +403,19 @@ class DomainParallel(nn.Module):
         if mesh is None or mesh.ndim == 1:
             self.mesh = mesh
             self.group = mesh.get_group() if mesh is not None else getattr(graph, "group", None)
-        elif mesh.ndim == 2:
-            if "domain" not in (mesh.mesh_dim_names or ()):
-                raise ValueError("DomainParallel: a 2-D DeviceMesh needs a dim named 'domain' (the ranks sharing one "
-                                 f"graph), e.g. mesh_dim_names=('data', 'domain'); got {mesh.mesh_dim_names}")
-            if mesh.size() != msd.get_world_size():
-                raise ValueError(f"DomainParallel: a 2-D DeviceMesh must hold every rank ({msd.get_world_size()}), "
-                                 f"got {mesh.size()}")
-            self.mesh = mesh["domain"]
-            self.group = None  # the world: gradients summed over samples (data) and parts (domain)
         else:
-            raise ValueError(f"DomainParallel takes a 1-D DeviceMesh of the domain ranks or a 2-D one with a 'domain' "
-                             f"dim, got {mesh.ndim} dims")
+            if mesh.size() != msd.get_world_size():
+                raise ValueError(f"DomainParallel: a {mesh.ndim}-D DeviceMesh must hold every rank "
+                                 f"({msd.get_world_size()}), got {mesh.size()}")
+            names = mesh.mesh_dim_names or ()
+            # graph models live on the "domain" dim; ShardTensor models on the whole mesh
+            self.mesh = mesh["domain"] if "domain" in names else mesh
+            self.group = None  # the world: gradients summed over samples (data) and parts (domain)
+        for name, p in module.named_parameters():
+            if isinstance(p, msd.DTensor):
+                raise TypeError(f"DomainParallel: parameter {name!r} is a DTensor (distribute_module); its gradient "
+                                "is already summed over the mesh in backward. Call the distributed module directly, "
+                                "or wrap the plain module in DomainParallel instead")
         self._sync = True
         if msd.is_initialized() and msd.get_world_size(self.group) > 1:
             _check_replicas_equal(module, self.group)
@@ -405,30 +442,52 @@ class DomainParallel(nn.Module):
         """
         self._reducer.reduce_now()
 
-    def forward(self, x, g=None, *args, **kwargs):
+    def forward(self, *inputs, **kwargs):
         """Run the model on this rank's part (collective).
 
-        Args:
-            x: owned rows ``[g.num_owned, F]``, a Tensor or a ShardTensor.
-            g: the :class:`ShardedGraph` (where the model takes ``edge_index``); ``None`` or
-                left out: the graph given at construction.
-            *args, **kwargs: the model's further arguments (edge features as global or local edge
-                rows; see the class docstring).
+        Two ways to call it, told apart by whether a :class:`ShardedGraph` is given:
+
+        * ``dp(x, g, *args, **kwargs)`` (or ``dp(x, *args)`` with ``DomainParallel(model,
+          graph=g)``): a graph model called as ``model(x, edge_index, *args, **kwargs)``.
+          ``x``: owned rows ``[g.num_owned, F]``, a Tensor or a ShardTensor; further arguments are
+          edge features as global or local edge rows (see the class docstring).
+        * ``dp(*inputs, **kwargs)`` with no graph: any model, called as ``model(*inputs,
+          **kwargs)`` on ShardTensors (grids, point clouds, several inputs with different
+          layouts). At least one input must be a ShardTensor.
 
         Returns:
-            ShardTensor of the owned rows (``Shard(0)``, sizes ``g.sizes``); of a tuple output,
-            the first element as a ShardTensor and the rest local.
+            Graph models: a ShardTensor of the owned rows (``Shard(0)``, sizes ``g.sizes``; of a
+            tuple output, the first element as a ShardTensor and the rest local). Other models:
+            what the model returns.
+
+        Raises:
+            TypeError: no ShardedGraph and no ShardTensor input (a plain local tensor would be
+                computed on this rank's part only, silently).
         """
         from meshshard.graph import ShardedGraph
         from meshshard.tensor import ShardTensor
 
-        if not isinstance(g, ShardedGraph):
-            if g is not None:
-                args = (g,) + args
-            g = self.graph
-            if g is None:
-                raise TypeError("DomainParallel: pass the ShardedGraph as dp(x, g, ...) or DomainParallel(model, graph=g)")
+        if not inputs:
+            raise TypeError("DomainParallel: call it with the model's inputs")
+        if len(inputs) > 1 and isinstance(inputs[1], ShardedGraph):
+            x, g, args = inputs[0], inputs[1], inputs[2:]
+        elif self.graph is not None:
+            x, g, args = inputs[0], self.graph, inputs[1:]
+        else:
+            leaves = [t for t in list(inputs) + list(kwargs.values())]
+            flat = [t for v in leaves for t in (v if isinstance(v, (list, tuple)) else (v,))]
+            if not any(isinstance(t, ShardTensor) for t in flat):
+                raise TypeError(
+                    "DomainParallel: no ShardedGraph and no ShardTensor input. Pass a graph model's graph as "
+                    "dp(x, g, ...) (or DomainParallel(model, graph=g)), or give any other model its inputs as "
+                    "ShardTensors (ShardTensor.from_local / scatter_tensor): plain tensors would be computed on "
+                    "this rank's part alone")
+            self._reducer.prepare(self._sync)
+            return self.module(*inputs, **kwargs)
         mesh = x.device_mesh if isinstance(x, ShardTensor) else self.mesh
+        if mesh is not None and mesh.ndim != 1:
+            raise ValueError("DomainParallel: a graph model on a multi-dim DeviceMesh needs a dim named 'domain' "
+                             f"(the ranks sharing one graph); got {mesh.mesh_dim_names}")
         self._reducer.prepare(self._sync)
         out = sharded_forward(self.module, x, g, args, kwargs, exchange=self.exchange)
         first = out[0] if isinstance(out, tuple) else out

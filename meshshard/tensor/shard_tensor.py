@@ -14,9 +14,10 @@ Gradient conventions: the gradient of a ShardTensor has its placements, except t
 becomes Replicate (:func:`~meshshard.tensor.spec.gradient_placements`). For a sharded tensor each
 rank holds the gradient of its own rows (exact). For a replicated ShardTensor (e.g. a ``sum``)
 every rank holds the full, identical gradient; so does a Partial one, whose value is the sum of
-the local tensors (each local tensor's gradient is the whole gradient). Gradients of plain-tensor parameters used in
-ShardTensor ops (``nn.Linear`` weights ...) are per-rank partial sums, exactly as in DDP: the
-caller all-reduces them (``meshshard.ops.conv.all_reduce_gradients`` does).
+the local tensors (each local tensor's gradient is the whole gradient). Plain-tensor parameters
+used in ShardTensor ops (``nn.Linear`` weights ...) get per-rank shares whose SUM over the ranks
+is the whole gradient, whatever data they met (:mod:`meshshard.tensor._gradient_rule`): one
+all-reduce of every gradient (``DomainParallel`` does it in backward) makes them exact.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from torch.utils import _pytree as pytree
 from meshshard.distributed import DeviceMesh, DTensor, Replicate, Shard, default_device_mesh
 from meshshard.distributed.agree import get_validation, validation
 from meshshard.tensor import _registry as reg
+from meshshard.tensor._gradient_rule import apply_gradient_rule
 from meshshard.tensor.redistribute import redistribute_local
 from meshshard.tensor.spec import (chunk_sizes, gradient_placements, infer_shard_sizes, layout_signature, make_spec,
                                    normalize_placements, pack_sizes, resolve_sharding_shapes, shard_dim_of,
@@ -411,11 +413,14 @@ class ShardTensor(DTensor):
                     break
         if handler is None:
             handler = reg.BUILTIN_FUNCTION_HANDLERS.get(func)
-        if handler is not None:
-            return handler(func, types, args, kwargs)
-        if _is_passthrough(func):
+        if handler is None and _is_passthrough(func):
             with torch._C.DisableTorchFunctionSubclass():
                 return func(*args, **kwargs)
+        # Plain tensors that require grad (parameters) and DTensor parameters meet ShardTensors
+        # here, before any handler: their gradients follow one rule (see _gradient_rule).
+        args, kwargs = apply_gradient_rule(_func_name(func), args, kwargs, ShardTensor)
+        if handler is not None:
+            return handler(func, types, args, kwargs)
         replicated = _replicated_mesh(args, kwargs)
         if replicated is not None:
             return _run_replicated(func, args, kwargs, replicated)

@@ -65,6 +65,11 @@ def local_of(func, st, ref, align: bool = False):
     global size contributes only this rank's rows, exactly like a plain tensor."""
     if layout(st) == layout(ref):
         return st.to_local()
+    if st.device_mesh == ref.device_mesh and tuple(st.placements) == tuple(ref.placements):
+        # The same sharded dims with other boundaries (a U-Net's upsampled branch meeting its skip
+        # connection): move st's rows onto ref's boundaries (exact, differentiable), as DTensor
+        # redistributes an operand rather than refuse.
+        return _rebalanced_like(st, ref).to_local()
     if is_replicated(st) and st.device_mesh == ref.device_mesh:
         # A replicated value feeding sharded rows: each rank's gradient is a partial sum, so
         # declare it Partial on the sharding mesh dim and let backward all-reduce it.
@@ -76,6 +81,18 @@ def local_of(func, st, ref, align: bool = False):
         f"sizes {st._shard_sizes} vs {ref.placements} with shard sizes {ref._shard_sizes}. Shard "
         "boundaries must match element by element; redistribute one of them first "
         "(x.redistribute(placements=..., sharding_shapes=y.sharding_shapes())).")
+
+
+def _rebalanced_like(st, ref):
+    """``st`` redistributed onto ``ref``'s shard sizes (same placements, same mesh)."""
+    ref_sizes = sizes_by_mesh_dim(ref.placements, ref._shard_sizes)
+    shapes = {}
+    for m, d in shard_dims_of(ref.placements):
+        if st.shape[d] != ref.shape[d]:
+            raise ValueError(f"ShardTensor: tensors sharded along dim {d} with global sizes {st.shape[d]} and "
+                             f"{ref.shape[d]} cannot be paired row by row")
+        shapes[m] = [tuple(n if i == d else s for i, s in enumerate(st._local_tensor.shape)) for n in ref_sizes[m]]
+    return st.redistribute(placements=ref.placements, sharding_shapes=shapes)
 
 
 class PromotionWarning(UserWarning):

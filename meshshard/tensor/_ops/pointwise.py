@@ -41,9 +41,45 @@ def _partial_linear(func, args, kwargs):
     return _FromLocal.apply(out, mesh, placements, sizes)
 
 
+def _out_of_place(func, kwargs):
+    """The out-of-place twin of an in-place element-wise op (``relu_``, ``x += y``,
+    ``F.relu(x, inplace=True)``), with its kwargs; ``None`` for an op that is not in-place."""
+    if kwargs.get("inplace") is True:
+        return func, {k: v for k, v in kwargs.items() if k != "inplace"}
+    name = getattr(func, "__name__", "")
+    if name.startswith("__i") and name.endswith("__"):
+        twin = getattr(torch.Tensor, "__" + name[3:], None)
+    elif name.endswith("_") and not name.endswith("__"):
+        twin = getattr(torch.Tensor, name[:-1], None)
+    else:
+        return None
+    return (twin, kwargs) if twin is not None else None
+
+
+def _inplace(func, types, args, kwargs, twin):
+    """An in-place element-wise op on a ShardTensor: the out-of-place result, then one ``copy_``
+    into the ShardTensor recorded by autograd on the ShardTensor itself, so its history continues
+    from the result (as in-place ops on plain tensors do) and backward stays exact."""
+    x = args[0] if args else kwargs.get("input")
+    if not isinstance(x, ShardTensor):
+        raise NotImplementedError(f"ShardTensor: in-place {op_name(func)} on a plain tensor with a ShardTensor "
+                                  "argument would write rows of other ranks into it; use the out-of-place op")
+    out = pointwise_handler(twin[0], types, args, twin[1])
+    if not isinstance(out, ShardTensor) or layout(out) != layout(x) or out.dtype != x.dtype:
+        raise NotImplementedError(f"ShardTensor: in-place {op_name(func)} would change the tensor's layout or dtype; "
+                                  "use the out-of-place op")
+    with torch._C.DisableTorchFunctionSubclass():
+        torch.Tensor.copy_(x, out)
+    return x
+
+
 def pointwise_handler(func, types, args, kwargs):
     """Element-wise ops: local computation, layout kept. On Partial tensors only the linear ops of
-    :func:`_partial_linear` run (staying Partial); any other raises NotImplementedError."""
+    :func:`_partial_linear` run (staying Partial); any other raises NotImplementedError. In-place
+    variants run out of place and are copied into the ShardTensor under autograd."""
+    twin = _out_of_place(func, kwargs)
+    if twin is not None:
+        return _inplace(func, types, args, kwargs, twin)
     leaves = pytree.tree_leaves((args, kwargs))
     sts = [x for x in leaves if isinstance(x, ShardTensor)]
     if any(isinstance(p, Partial) for st in sts for p in st.placements):
@@ -95,3 +131,8 @@ for _name in POINTWISE_NAMES:
 register(pointwise_handler, [getattr(torch.Tensor, n, None) for n in _TENSOR_ONLY])
 register(pointwise_handler, [getattr(F, n, None) for n in _FUNCTIONAL])
 register(pointwise_handler, [torch.clone])
+# in-place variants (x.relu_(), x += y, ...): out of place, then copied in under autograd
+register(pointwise_handler, [getattr(torch.Tensor, n + "_", None) for n in POINTWISE_NAMES if not n.startswith("__")])
+register(pointwise_handler, [getattr(torch.Tensor, n, None) for n in
+                             ("__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__")])
+register(pointwise_handler, [getattr(F, n + "_", None) for n in _FUNCTIONAL])
