@@ -30,7 +30,7 @@ differentiable, so the gradients of q, k and v equal one process's.
 """
 from __future__ import annotations
 
-import math
+import itertools
 from typing import List, Sequence, Tuple
 
 import torch
@@ -99,10 +99,93 @@ def key_range(start: int, stop: int, n: int, kernel: int, stride: int, dilation:
     return int(keys.min()), int(keys.max()) + 1
 
 
+def _take(t: torch.Tensor, keys, slot) -> torch.Tensor:
+    """``t``'s rows at window slot ``slot`` of every query: ``[B, S_1, .., S_D, ...]``."""
+    for i, j in enumerate(slot):
+        t = t.index_select(1 + i, keys[i][:, j])
+    return t
+
+
+def _put(into: torch.Tensor, keys, slot, g: torch.Tensor) -> None:
+    """Adjoint of :func:`_take`: add ``g`` (laid out per query) into ``into``'s rows (in place)."""
+    for i, j in enumerate(slot):
+        shape = list(g.shape)
+        shape[1 + i] = into.shape[1 + i]
+        g = g.new_zeros(shape).index_add_(1 + i, keys[i][:, j], g)
+    into.add_(g)
+
+
+def _slot_mask(valid, slot):
+    """``[1, S_1, .., S_D, 1]`` bool: the queries for which window slot ``slot`` is in the window
+    (``None``: all of them)."""
+    nd = len(valid)
+    mask = None
+    for i, j in enumerate(slot):
+        col = valid[i][:, j]
+        if bool(col.all()):
+            continue
+        m = col.reshape([1] + [-1 if a == i else 1 for a in range(nd)] + [1])
+        mask = m if mask is None else mask & m
+    return mask
+
+
+class _WindowAttention(torch.autograd.Function):
+    """Softmax attention over window slots, one slot at a time: forward keeps a running maximum,
+    sum and output (online softmax); backward recomputes each slot's scores from the saved
+    log-sum-exp. Saved memory: q, k, v, the output and the log-sum-exp, never the gathered windows."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, keys, valid, scale):
+        acc = _acc_dtype(q.dtype)
+        qa, ka, va = q.to(acc), k.to(acc), v.to(acc)
+        m = torch.full(q.shape[:-1], float("-inf"), dtype=acc, device=q.device)
+        l = torch.zeros_like(m)
+        o = torch.zeros(q.shape[:-1] + (v.shape[-1],), dtype=acc, device=q.device)
+        for slot in itertools.product(*[range(t.shape[1]) for t in keys]):
+            s = (qa * _take(ka, keys, slot)).sum(-1) * scale
+            mask = _slot_mask(valid, slot)
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            m_new = torch.maximum(m, s)
+            safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            p, corr = torch.exp(s - safe), torch.exp(m - safe)
+            l = l * corr + p
+            o = o * corr[..., None] + p[..., None] * _take(va, keys, slot)
+            m = m_new
+        out = o / l[..., None]  # the query's own slot is always in its window: l > 0
+        ctx.save_for_backward(q, k, v, out, m + torch.log(l))
+        ctx.keys, ctx.valid, ctx.scale = keys, valid, scale
+        return out.to(q.dtype)
+
+    @staticmethod
+    def backward(ctx, d_out):
+        q, k, v, out, lse = ctx.saved_tensors
+        keys, valid, scale = ctx.keys, ctx.valid, ctx.scale
+        acc = out.dtype
+        qa, ka, va, do = q.to(acc), k.to(acc), v.to(acc), d_out.to(acc)
+        delta = (do * out).sum(-1)
+        dq, dk, dv = torch.zeros_like(qa), torch.zeros_like(ka), torch.zeros_like(va)
+        for slot in itertools.product(*[range(t.shape[1]) for t in keys]):
+            kk, vv = _take(ka, keys, slot), _take(va, keys, slot)
+            s = (qa * kk).sum(-1) * scale
+            mask = _slot_mask(valid, slot)
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            p = torch.exp(s - lse)
+            ds = p * ((do * vv).sum(-1) - delta) * scale
+            dq += ds[..., None] * kk
+            _put(dk, keys, slot, ds[..., None] * qa)
+            _put(dv, keys, slot, p[..., None] * do)
+        return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+
+
 def local_neighborhood_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                                  keys: Sequence[torch.Tensor], valid: Sequence[torch.Tensor],
                                  scale: float) -> torch.Tensor:
     """Attention of every query to its window's keys, given per-dim key indices (differentiable).
+
+    The window slots are visited one at a time (online softmax; backward recomputes the scores),
+    so memory stays that of q, k, v and the output whatever the kernel size.
 
     Args:
         q: ``[B, S_1, .., S_D, Hq, E]`` queries.
@@ -110,37 +193,18 @@ def local_neighborhood_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
             head ``h // (Hq // Hk)``).
         v: ``[B, T_1, .., T_D, Hk, Ev]`` values.
         keys: per spatial dim ``i``, ``[S_i, K_i]`` int64 indices into ``k``'s dim ``1 + i``.
-        valid: per spatial dim, ``[S_i, K_i]`` bool: the slots that are in the window.
+        valid: per spatial dim, ``[S_i, K_i]`` bool: the slots that are in the window (the query's
+            own coordinate always is).
         scale: score scale.
 
     Returns:
         ``[B, S_1, .., S_D, Hq, Ev]`` in ``q``'s dtype (computed in float64 for float64 input and in
         float32 otherwise).
     """
-    nd = len(keys)
-    acc = _acc_dtype(q.dtype)
     if k.shape[-2] != q.shape[-2]:
         rep = q.shape[-2] // k.shape[-2]
         k, v = k.repeat_interleave(rep, dim=-2), v.repeat_interleave(rep, dim=-2)
-    kv = torch.cat([k.to(acc), v.to(acc)], dim=-1)
-    for i in range(nd):  # gather the windows dim by dim: [B, S_1, K_1, .., S_D, K_D, H, E + Ev]
-        d = 1 + 2 * i
-        kv = kv.index_select(d, keys[i].reshape(-1)).unflatten(d, tuple(keys[i].shape))
-    order = [0] + [1 + 2 * i for i in range(nd)] + [2 * nd + 1] + [2 + 2 * i for i in range(nd)] + [2 * nd + 2]
-    kv = kv.permute(order)  # [B, S_1, .., S_D, H, K_1, .., K_D, E + Ev]
-    kv = kv.reshape(kv.shape[:nd + 2] + (math.prod(int(t.shape[1]) for t in keys), kv.shape[-1]))
-    kk, vv = kv[..., :q.shape[-1]], kv[..., q.shape[-1]:]
-    scores = torch.matmul(q.to(acc).unsqueeze(-2), kk.transpose(-1, -2)).squeeze(-2) * scale  # [B, *S, H, Kt]
-    mask = None
-    for i in range(nd):  # [S_1, .., S_D, K_1, .., K_D]: the product of the per-dim windows
-        shape = [1] * (2 * nd)
-        shape[i], shape[nd + i] = valid[i].shape
-        m = valid[i].reshape(shape)
-        mask = m if mask is None else mask & m
-    mask = mask.reshape(mask.shape[:nd] + (1, math.prod(int(t.shape[1]) for t in keys)))  # heads broadcast
-    scores = scores.masked_fill(~mask, float("-inf"))  # the query's own slot is always valid
-    p = torch.softmax(scores, dim=-1)
-    return torch.matmul(p.unsqueeze(-2), vv).squeeze(-2).to(q.dtype)
+    return _WindowAttention.apply(q, k, v, tuple(keys), tuple(valid), float(scale))
 
 
 def sharded_neighborhood_attention(q, k, v, kernel: Sequence[int], stride: Sequence[int],
