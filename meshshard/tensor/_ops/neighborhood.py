@@ -26,7 +26,9 @@ Each rank of a sharded computation fetches the contiguous key / value rows its q
 reach along every sharded dim (:func:`meshshard.distributed.neighbors.fetch_ranges`, one exchange
 per sharded dim, the second one on the rows the first one brought, so corner halos come along;
 shards thinner than the halo are crossed), then computes locally. The exchanges are
-differentiable, so the gradients of q, k and v equal one process's.
+differentiable, so the gradients of q, k and v equal one process's. The local computation visits
+the window slots one at a time (online softmax, scores recomputed in backward), so it keeps no
+gathered copy of the windows.
 """
 from __future__ import annotations
 
