@@ -10,12 +10,9 @@ its own q, k, v, output and one block of scores, never all of K/V.
 """
 from __future__ import annotations
 
-import itertools
-
 import torch
 import torch.nn.functional as F
 
-from meshshard.distributed.autograd import indexed_all_to_all_v
 from meshshard.distributed.ring import ring_shift
 from meshshard.tensor.shard_tensor import ShardTensor
 from meshshard.tensor.spec import shard_dim_of
@@ -215,57 +212,6 @@ def sdpa_handler(func, types, args, kwargs):
     out = ring_attention(ql, kl, vl, k_sizes, q.offsets(mesh_dim), rank, group=group, attn_mask=mask,
                          is_causal=a["is_causal"], scale=a["scale"])
     return wrap(func, out, q)
-
-
-def _halo(t, dim, sizes, coord, h, group):
-    """This rank's rows along ``dim`` extended by up to ``h`` rows of the neighbouring shards on
-    each side (fewer at the grid's ends; thin shards are crossed), and the global index of the
-    first row. One indexed all-to-all-v (differentiable)."""
-    offsets = [sum(sizes[:r]) for r in range(len(sizes))]
-    total = sum(sizes)
-
-    def wanted(j):  # global rows rank j needs from the others, ascending
-        lo, hi = offsets[j], offsets[j] + sizes[j]
-        return list(range(max(0, lo - h), lo)) + list(range(hi, min(total, hi + h)))
-
-    mine = range(offsets[coord], offsets[coord] + sizes[coord])
-    sends = [[g - offsets[coord] for g in wanted(j) if g in mine] for j in range(len(sizes))]
-    matrix = [[sum(1 for g in wanted(j) if offsets[i] <= g < offsets[i] + sizes[i]) for j in range(len(sizes))]
-              for i in range(len(sizes))]
-    got = indexed_all_to_all_v(t, [torch.tensor(s, dtype=torch.long) for s in sends], matrix, dim=dim, group=group)
-    below = min(h, offsets[coord])
-    ext = torch.cat([got.narrow(dim, 0, below), t, got.narrow(dim, below, got.shape[dim] - below)], dim)
-    return ext, offsets[coord] - below
-
-
-def _window_attention(q, k, v, halfs, grid, q_start, k_start, sdim, scale):
-    """Local windowed attention: the query at grid position p (its sharded coordinate offset by
-    ``q_start``) attends to the keys at p + o, |o_i| <= halfs[i], inside ``grid``; ``k``/``v`` rows
-    along the sharded spatial dim ``sdim`` start at global ``k_start``."""
-    nd = len(halfs)
-    sp = list(range(q.dim() - 1 - nd, q.dim() - 1))  # spatial dims
-    acc = _acc_dtype(q.dtype)
-    qa, ka, va = q.to(acc), k.to(acc), v.to(acc)
-    pad = []
-    for i in reversed(range(nd)):  # F.pad wants the last dim first; E is not padded
-        pad += [halfs[i], halfs[i]]
-    ka, va = F.pad(ka, [0, 0] + pad), F.pad(va, [0, 0] + pad)
-    scores, values = [], []
-    for off in itertools.product(*[range(-h, h + 1) for h in halfs]):
-        kk, vv = ka, va
-        valid = torch.ones(q.shape[sp[0]:-1], dtype=torch.bool, device=q.device)
-        for i, d in enumerate(sp):
-            n = q.shape[d]
-            first = 0 if d != sdim else q_start - k_start  # index of the query's row in k
-            kk = kk.narrow(d, first + halfs[i] + off[i], n)
-            vv = vv.narrow(d, first + halfs[i] + off[i], n)
-            pos = torch.arange(n, device=q.device) + (q_start if d == sdim else 0) + off[i]
-            ok = (pos >= 0) & (pos < grid[i])
-            valid = valid & ok.reshape([-1 if j == i else 1 for j in range(nd)])
-        scores.append(((qa * kk).sum(-1) * scale).masked_fill(~valid, float("-inf")))
-        values.append(vv)
-    p = torch.softmax(torch.stack(scores, -1), dim=-1)  # the query itself is always valid
-    return sum(p[..., j:j + 1] * values[j] for j in range(len(values))).to(q.dtype)
 
 
 register(sdpa_handler, (F.scaled_dot_product_attention,))

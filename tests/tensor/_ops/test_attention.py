@@ -123,41 +123,6 @@ def _transolver_case(rank, world, mesh):
         _close(grad, r, "transolver weight grad", torch.float64)
 
 
-def _dense_window(q, k, v, window):
-    """Neighbourhood attention as dense attention with a window mask over the flattened grid."""
-    nd = len(window)
-    grid = q.shape[q.dim() - 1 - nd:-1]
-    pos = torch.stack(torch.meshgrid(*[torch.arange(n) for n in grid], indexing="ij"), -1).reshape(-1, nd)
-    allowed = ((pos[:, None] - pos[None]).abs() <= torch.tensor([w // 2 for w in window])).all(-1)
-    flat = [t.reshape(t.shape[:q.dim() - 1 - nd] + (-1, t.shape[-1])) for t in (q, k, v)]
-    out = F.scaled_dot_product_attention(*flat, attn_mask=allowed)
-    return out.reshape(q.shape[:-1] + (v.shape[-1],))
-
-
-def _neighborhood_case(rank, world, mesh, shape, dim, window, dtype=torch.float64):
-    from meshshard.distributed import Shard
-    from meshshard.tensor import ShardTensor, neighborhood_attention
-
-    sizes = Q_SIZES[world]
-    g = torch.Generator().manual_seed(5)
-    full = [torch.randn(shape, generator=g, dtype=dtype) for _ in range(3)]
-    gout = torch.randn(shape, generator=g, dtype=dtype)
-    ref_in = [t.clone().requires_grad_() for t in full]
-    ref = _dense_window(*ref_in, window)
-    (ref * gout).sum().backward()
-    plain = neighborhood_attention(*full, window)
-    what = f"neighborhood {tuple(shape)} Shard({dim}) window {window}"
-    _close(plain, ref.detach(), f"{what} one process", dtype)
-    local = [_rows(t, sizes, rank, dim).clone().requires_grad_() for t in full]
-    sts = [ShardTensor.from_local(t, mesh, (Shard(dim),), sharding_shapes={0: sizes}) for t in local]
-    out = neighborhood_attention(*sts, window)
-    assert out.placements == (Shard(dim),)
-    (out.to_local() * _rows(gout, sizes, rank, dim)).sum().backward()
-    _close(out.to_local(), _rows(ref.detach(), sizes, rank, dim), what, dtype)
-    for t, r, name in zip(local, ref_in, "qkv"):
-        _close(t.grad, _rows(r.grad, sizes, rank, dim), f"{what} d{name}", dtype)
-
-
 def _mesh2d_case(rank):
     from meshshard.distributed import Replicate, Shard, init_device_mesh
     from meshshard.tensor import ShardTensor
@@ -194,10 +159,6 @@ def _check(rank, world):
     _sdpa_case(rank, world, mesh, torch.float64, attn_mask=boolean, is_causal=False, kv_replicated=True)
     _sdpa_case(rank, world, mesh, torch.float64, hk=1, enable_gqa=True, is_causal=True)
     _transolver_case(rank, world, mesh)
-    n = sum(Q_SIZES[world])
-    _neighborhood_case(rank, world, mesh, (2, n, 3), 1, (3,))                      # 1-D
-    _neighborhood_case(rank, world, mesh, (1, 2, 4, n, 3), 3, (3, 5))              # 2-D, halo 2 > thin shards
-    _neighborhood_case(rank, world, mesh, (1, n, 3, 2, 3), 1, (5, 3, 1), torch.float32)  # 3-D
 
     if world == 4:  # (dp x domain) mesh: the ring runs inside each domain group of global ranks
         _mesh2d_case(rank)
