@@ -7,7 +7,9 @@ mode, one per process:
 * ``"warn"`` (default): a :class:`PromotionWarning` (a ``UserWarning``), shown once per op and
   call site by Python's warning filters;
 * ``"raise"``: a ``TypeError`` naming the op, for code that must state every replicated value
-  (wrap it with ``ShardTensor.from_local(t, mesh, (Replicate(),))``);
+  (wrap it with ``ShardTensor.from_local(t, mesh, (Replicate(),))``). For Python operators
+  (``x * t``) torch turns any TypeError into ``NotImplemented``, so the error is Python's own
+  TypeError ``unsupported operand type(s) for *: 'ShardTensor' and 'Tensor'``;
 * ``"silent"``: promote without a word.
 
 0-d tensors (scalars) and ``nn.Parameter`` (replicated by contract, as in DDP) are promoted in
