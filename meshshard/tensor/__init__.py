@@ -11,9 +11,9 @@ Example (``torchrun --nproc-per-node 3 example.py``)::
 """
 from meshshard.tensor.shard_tensor import ShardTensor
 from meshshard.tensor import _ops  # noqa: F401  (registers the built-in op families)
-from meshshard.tensor._ops._common import PromotionWarning
+from meshshard.tensor.promotion_mode import PromotionWarning, get_promotion, promotion, set_promotion
 from meshshard.tensor.scatter import scatter_tensor
 from meshshard.tensor.functional import max_abs_error, neighborhood_attention, relative_l2_error
 
-__all__ = ["ShardTensor", "scatter_tensor", "PromotionWarning", "relative_l2_error", "max_abs_error",
-           "neighborhood_attention"]
+__all__ = ["ShardTensor", "scatter_tensor", "PromotionWarning", "set_promotion", "get_promotion", "promotion",
+           "relative_l2_error", "max_abs_error", "neighborhood_attention"]

@@ -20,6 +20,8 @@ from torch.utils import _pytree as pytree
 
 from meshshard.distributed import Partial, Replicate, Shard
 from meshshard.tensor import _registry as reg
+from meshshard.tensor import promotion_mode as _promotion
+from meshshard.tensor.promotion_mode import PromotionWarning
 from meshshard.tensor.shard_tensor import _FromLocal
 from meshshard.tensor.spec import shard_dims_of, sizes_by_mesh_dim
 
@@ -95,16 +97,13 @@ def _rebalanced_like(st, ref):
     return st.redistribute(placements=ref.placements, sharding_shapes=shapes)
 
 
-class PromotionWarning(UserWarning):
-    """A plain tensor met a ShardTensor in an element-wise op or ``cat`` and was promoted to
-    Replicate (every rank must pass the same value). Shown once per op; 0-d tensors and
-    ``nn.Parameter`` (replicated by contract, as in DDP) promote silently."""
-
-
 def promote_plain(func, t: torch.Tensor, ref):
     """The promotion rule for a plain tensor ``t`` meeting ShardTensors laid out like ``ref``:
-    it is a Replicate value (warning once per op with :class:`PromotionWarning`, unless it is 0-d
-    or an ``nn.Parameter``), so each rank uses the rows that meet its shard (:func:`align_plain`).
+    it is a Replicate value, so each rank uses the rows that meet its shard (:func:`align_plain`).
+    Unless it is 0-d or an ``nn.Parameter``, the promotion mode
+    (:func:`meshshard.tensor.set_promotion`) says whether to warn once per op with
+    :class:`PromotionWarning` (``"warn"``, the default), raise a TypeError naming the op
+    (``"raise"``) or say nothing (``"silent"``).
 
     Args:
         func: the op, for the message.
@@ -114,7 +113,13 @@ def promote_plain(func, t: torch.Tensor, ref):
     Returns:
         ``t`` aligned with this rank's shard.
     """
-    if t.dim() > 0 and not isinstance(t, torch.nn.Parameter):
+    mode = _promotion.get_promotion()
+    if t.dim() > 0 and not isinstance(t, torch.nn.Parameter) and mode == "raise":
+        raise TypeError(f"ShardTensor: {op_name(func)} mixes a plain tensor of shape {tuple(t.shape)} with a "
+                        "ShardTensor, and the promotion mode is 'raise'. Wrap the plain tensor with "
+                        "ShardTensor.from_local(t, mesh, (Replicate(),)) (every rank passes the same value), or "
+                        "allow the promotion with meshshard.tensor.promotion('warn') / ('silent')")
+    if t.dim() > 0 and not isinstance(t, torch.nn.Parameter) and mode == "warn":
         warnings.warn(f"ShardTensor: {op_name(func)} mixes a plain tensor with a ShardTensor; the plain tensor "
                       "is promoted to Replicate, so every rank must pass the same value (wrap it with "
                       "ShardTensor.from_local(t, mesh, (Replicate(),)) to state that and get an exact gradient)",

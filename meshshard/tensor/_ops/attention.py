@@ -7,18 +7,27 @@ otherwise), so no rank ever holds the whole K/V. Backward is the ring once more:
 recomputes its score blocks from the saved log-sum-exp and the K/V block passes by together with
 its gradient accumulators, which arrive back at their owner after a full turn. Memory per rank:
 its own q, k, v, output and one block of scores, never all of K/V.
+
+A replicated query against sharded K/V (a few tokens attending to many sharded points, as in
+Transolver-style models) needs no ring: every rank scores the whole query against its own K/V rows
+and keeps the partial softmax statistics (row max, row sum of exponentials, unnormalised output);
+one all-reduce of the maxima and one of the sums merge them (the log-sum-exp merge), and the output
+is Replicate. Backward is autograd through that merge: each rank's gradients of its K/V rows are
+exact, and the query's gradient, a sum over the ranks' key blocks, is all-reduced once.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
+from meshshard.distributed import ReduceOp, Replicate, all_reduce
+from meshshard.distributed.autograd import all_reduce_sum
 from meshshard.distributed.ring import ring_shift
 from meshshard.tensor.shard_tensor import ShardTensor
 from meshshard.tensor.spec import shard_dim_of
 from meshshard.tensor._ops._common import WAY_OUT, is_replicated, local_of, op_name, reference, register, wrap
 
-__all__ = ["sdpa_handler", "ring_attention"]
+__all__ = ["sdpa_handler", "ring_attention", "replicated_query_attention"]
 
 
 def _acc_dtype(dtype):
@@ -145,6 +154,49 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_sizes, q
     return _RingAttention.apply(q, k, v, blocks, rank, group)
 
 
+def replicated_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_sizes, rank: int, group=None,
+                               attn_mask=None, is_causal: bool = False, scale=None) -> torch.Tensor:
+    """Exact softmax attention of the whole (replicated) query against K/V sharded over ``group`` by
+    rows (plain tensors; every rank of ``group`` calls it together; differentiable).
+
+    Each rank computes the partial softmax statistics of the query against its own key rows; one
+    all-reduce of the row maxima and one of the row sums and unnormalised outputs merge them.
+
+    Args:
+        q: the whole query ``[*, Lq, E]``, the same on every rank.
+        k: this rank's keys ``[*, k_sizes[rank], E]``; leading dims ``*`` as in ``q``.
+        v: this rank's values ``[*, k_sizes[rank], Ev]``.
+        k_sizes: K/V rows of every rank of ``group`` (the same list on every rank).
+        rank: this rank's index in ``group``.
+        group: process group along which K/V is sharded (``None``: the default group).
+        attn_mask: plain tensor broadcastable to the global ``[*, Lq, Lk]``; bool (True: attend) or
+            additive; each rank uses its own block of columns.
+        is_causal: mask keys whose global index exceeds the query's (torch's top-left alignment).
+        scale: score scale (``None``: ``1 / sqrt(E)``).
+
+    Returns:
+        ``[*, Lq, Ev]``, the same on every rank. Gradient convention: the returned tensor is one
+        replicated value, so every rank must call backward with the same upstream gradient; the
+        gradient reaching ``q`` is then this rank's key block's share (the caller sums it over the
+        ranks, as ``ShardTensor.to_local(grad_placements=(Partial(),))`` does), those of ``k`` and
+        ``v`` are exact for this rank's rows.
+    """
+    scale = 1.0 / (q.shape[-1] ** 0.5) if scale is None else float(scale)
+    acc = _acc_dtype(q.dtype)
+    blocks = _Blocks(0, q.shape[-2], k_sizes, attn_mask, is_causal, scale)
+    s = blocks.scores(q.to(acc), k.to(acc), rank)                        # [*, Lq, n_rank]
+    with torch.no_grad():  # the stabiliser only: the result does not depend on it
+        m = s.amax(-1) if s.shape[-1] else torch.full(s.shape[:-1], float("-inf"), dtype=acc, device=s.device)
+        m = all_reduce(m.contiguous(), op=ReduceOp.MAX, group=group)
+        m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+    p = torch.exp(s - m[..., None])                                      # 0 for masked keys
+    stats = torch.cat([torch.matmul(p, v.to(acc)), p.sum(-1, keepdim=True)], -1)
+    stats = all_reduce_sum(stats, group=group)                           # merge: sum over key blocks
+    o, l = stats[..., :-1], stats[..., -1:]
+    out = torch.where(l > 0, o / l.clamp_min(torch.finfo(acc).tiny), torch.zeros_like(o))
+    return out.to(q.dtype)
+
+
 def _parse(args, kwargs):
     names = ["query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa"]
     defaults = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
@@ -157,7 +209,8 @@ def _parse(args, kwargs):
 def sdpa_handler(func, types, args, kwargs):
     """``F.scaled_dot_product_attention`` with q, k, v ShardTensors sharded along dim -2 (the
     sequence / points dim) on the same mesh dim (q and k/v may have different lengths and
-    layouts; k and v the same layout), or k/v replicated. Batch and head dims must not be
+    layouts; k and v the same layout), or k/v replicated; or q replicated and k/v sharded along
+    dim -2 (output Replicate: :func:`replicated_query_attention`). Batch and head dims must not be
     sharded. ``attn_mask`` is a plain tensor over the global ``[Lq, Lk]`` (or a replicated
     ShardTensor); ``dropout_p`` must be 0; ``enable_gqa`` repeats k/v heads locally. All
     replicated: local."""
@@ -184,6 +237,8 @@ def sdpa_handler(func, types, args, kwargs):
         lq, lk, lv = (local_of(func, t, ref) for t in (q, k, v))
         return wrap(func, func(lq, lk, lv, attn_mask=mask, dropout_p=0.0, is_causal=a["is_causal"],
                                scale=a["scale"], enable_gqa=a["enable_gqa"]), ref)
+    if sd_q is None and is_replicated(q) and sd_k is not None:
+        return _replicated_query(func, q, k, v, mask, a, sd_k)
     if sd_q is None or sd_q[1] != q.dim() - 2:
         raise NotImplementedError(f"ShardTensor: {name} needs the query sharded along dim -2 (the sequence / "
                                   f"points dim), got {q.placements} for shape {tuple(q.shape)}; {WAY_OUT}")
@@ -212,6 +267,32 @@ def sdpa_handler(func, types, args, kwargs):
     out = ring_attention(ql, kl, vl, k_sizes, q.offsets(mesh_dim), rank, group=group, attn_mask=mask,
                          is_causal=a["is_causal"], scale=a["scale"])
     return wrap(func, out, q)
+
+
+def _replicated_query(func, q, k, v, mask, a, sd_k):
+    """A replicated query against K/V sharded along dim -2: :func:`replicated_query_attention`,
+    output Replicate."""
+    name = op_name(func)
+    if k.placements != v.placements or k._shard_sizes != v._shard_sizes:
+        raise ValueError(f"ShardTensor: {name}: key and value must have the same layout, got {k.placements} "
+                         f"sizes {k._shard_sizes} and {v.placements} sizes {v._shard_sizes}")
+    if sd_k[1] != k.dim() - 2 or k.device_mesh != q.device_mesh:
+        raise NotImplementedError(f"ShardTensor: {name} with a replicated query needs key / value sharded along "
+                                  f"dim -2 (the sequence / points dim), got {k.placements} for shape "
+                                  f"{tuple(k.shape)}; {WAY_OUT}")
+    if q.shape[:-2] != k.shape[:-2] and not a["enable_gqa"]:
+        raise ValueError(f"ShardTensor: {name}: batch / head dims of query {tuple(q.shape[:-2])} and key "
+                         f"{tuple(k.shape[:-2])} differ")
+    mesh_dim = sd_k[0]
+    ql = local_of(func, q, k)  # its gradient, one share per key block, is summed over the ranks
+    kl, vl = k.to_local(), v.to_local()
+    if a["enable_gqa"] and kl.dim() >= 3 and kl.shape[-3] != ql.shape[-3]:
+        rep = ql.shape[-3] // kl.shape[-3]
+        kl, vl = kl.repeat_interleave(rep, dim=-3), vl.repeat_interleave(rep, dim=-3)
+    out = replicated_query_attention(ql, kl, vl, list(k._shard_sizes), q.device_mesh.get_local_rank(mesh_dim),
+                                     group=q.device_mesh.get_group(mesh_dim), attn_mask=mask,
+                                     is_causal=a["is_causal"], scale=a["scale"])
+    return wrap(func, out, q, placements=(Replicate(),) * q.device_mesh.ndim)
 
 
 register(sdpa_handler, (F.scaled_dot_product_attention,))
