@@ -133,16 +133,12 @@ def _done(sample_dir: Path, settings: dict, content: str) -> Optional[dict]:
 
 def _process(index: int, traj, out: Path, settings: dict) -> dict:
     from meshshard.graph import read_meta, save_parts
-    from meshshard.io import knn_graph
     from meshshard.partitioners import partition
 
     state, state_cols = _columns(traj, settings["state"], "state", static_only=False)
     feats, feat_cols = _columns(traj, settings["features"], "features", static_only=True)
     codes = _node_types(traj, settings["node_type"])
-    try:
-        edge_index = traj.edge_index()
-    except ValueError:  # a point cloud without a given graph
-        edge_index = knn_graph(traj.points, DEFAULT_KNN)
+    edge_index = traj.edge_index(knn=DEFAULT_KNN)
     content = _content_sha(traj.points, traj.times, edge_index.numpy(), state, feats,
                            codes if codes is not None else np.zeros(0))
     name = _sample_name(index, traj.name)

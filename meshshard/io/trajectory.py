@@ -171,17 +171,26 @@ class Trajectory:
         m = self._mesh
         return Mesh(m.points, cells=m.cells, boundary_cells=m.boundary_cells, point_data=data, source=self.source)
 
-    def edge_index(self) -> torch.Tensor:
-        """The node graph: the given ``edge_index``, else the element edges of the cells.
+    def edge_index(self, knn: Optional[int] = None) -> torch.Tensor:
+        """The node graph: the given ``edge_index``, else the element edges of the cells, else (a
+        point cloud) the ``knn`` nearest neighbours of every point when ``knn`` is given.
+
+        Args:
+            knn: neighbours per point for a point cloud without a given graph.
 
         Returns:
-            LongTensor [2, E] (both directions of every edge).
+            LongTensor [2, E] (both directions of every mesh edge; for ``knn``, as
+            :func:`meshshard.io.knn_graph`).
 
         Raises:
-            ValueError: a point cloud without a given graph (build one with ``knn_graph``).
+            ValueError: a point cloud without a given graph and no ``knn``.
         """
         if self._edge_index is not None:
             return self._edge_index
+        if self._mesh.is_point_cloud and knn is not None:
+            from meshshard.io.knn import knn_graph
+
+            return knn_graph(self.points, knn)
         return self._mesh.edge_index()
 
     def __repr__(self) -> str:

@@ -74,7 +74,7 @@ def test_rerun_skips_and_changed_settings_rewrite(mgn, tmp_path):
     assert read_trajectory_dataset_meta(out)["num_parts"] == 3
 
 
-def test_pvd_input_and_a_point_cloud(tmp_path):
+def test_pvd_input(tmp_path):
     from tests.io.test_read_trajectory import _write_pvd, _write_step
 
     for k in range(3):
@@ -121,3 +121,19 @@ def test_a_failed_run_leaves_no_dataset_meta(mgn, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["00000_train_0", "00001_train_1"]  # no temporaries
     with pytest.raises(FileNotFoundError, match="did not finish"):
         load_trajectory_part(out, 0, 0)
+
+
+def test_point_cloud_steps_get_a_knn_graph(tmp_path):
+    rng = np.random.default_rng(0)
+    pts = rng.random((40, 3))
+    vel = rng.standard_normal((3, 40, 3))
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    for k in range(3):
+        np.savez(steps / f"step_{k}.npz", points=pts, velocity=vel[k])
+    preprocess_trajectories(steps, tmp_path / "out", 2, state=["velocity"], dtype="float64")
+    part = load_trajectory_part(tmp_path / "out", 0, 0)
+    ids = torch.cat([part["owned_ids"], part["ghost_ids"]]).numpy()
+    np.testing.assert_array_equal(part["state"].numpy(), vel[:, ids])
+    assert read_trajectory_dataset_meta(tmp_path / "out")["samples"][0]["num_nodes"] == 40
+    assert json.loads((tmp_path / "out" / "00000_steps" / "meta.json").read_text())["num_edges"] == 40 * 8

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from meshshard.io import Mesh, Trajectory
+from meshshard.io import knn_graph as ms_knn
 
 POINTS = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
 TRI = np.array([[0, 1, 2], [1, 3, 2]])
@@ -50,6 +51,7 @@ def test_edge_index_from_cells_or_given():
     cloud = Trajectory(POINTS, fields={"u": np.zeros((2, 4, 1))}, times=[0, 1])
     with pytest.raises(ValueError, match="no cells"):
         cloud.edge_index()
+    assert torch.equal(cloud.edge_index(knn=2), ms_knn(POINTS, 2))
     given = torch.tensor([[0, 1], [1, 0]])
     assert torch.equal(Trajectory(POINTS, fields={}, times=[0, 1], edge_index=given).edge_index(), given)
     with pytest.raises(ValueError, match="outside"):
