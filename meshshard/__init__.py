@@ -20,6 +20,8 @@ _EXPORTS = {
     "Mesh": "meshshard.io",
     "read_mesh": "meshshard.io",
     "knn_graph": "meshshard.io",
+    "Trajectory": "meshshard.io",
+    "read_trajectory": "meshshard.io",
     "Partition": "meshshard.partitioners",
     "partition": "meshshard.partitioners",
     "partition_quality": "meshshard.partitioners",
@@ -55,6 +57,7 @@ if TYPE_CHECKING:  # pragma: no cover - for static analysers only
                                        get_rank, get_world_size, init_device_mesh, init_distributed)
     from meshshard.graph import ShardedGraph
     from meshshard.io import Mesh, knn_graph, read_mesh
+    from meshshard.io import Trajectory, read_trajectory
     from meshshard.ops import DomainParallel, partition_distributed
     from meshshard.partitioners import Partition, partition, partition_quality
     from meshshard.tensor import ShardTensor, scatter_tensor

@@ -62,3 +62,13 @@ __all__ = [
     "parse_field",
     "select_fields",
 ]
+
+# transient datasets: trajectories partitioned once, state per part [T, n_local, S] (issue 41)
+_TRAJECTORY_NAMES = ("preprocess_trajectories", "TrajectoryPreprocessResult", "load_trajectory_part",
+                     "read_trajectory_dataset_meta")
+_EXPORTS.update({name: f"{__name__}.trajectories" for name in _TRAJECTORY_NAMES})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ += list(_TRAJECTORY_NAMES)
+if TYPE_CHECKING:  # pragma: no cover - for static analysers only
+    from meshshard.datasets.trajectories import (TrajectoryPreprocessResult, load_trajectory_part,
+                                                preprocess_trajectories, read_trajectory_dataset_meta)

@@ -11,3 +11,16 @@ from meshshard.io.mesh import Mesh
 from meshshard.io.read import is_reader_field, point_field_names, read_mesh, supported_suffixes
 
 __all__ = ["Mesh", "read_mesh", "knn_graph", "supported_suffixes", "point_field_names", "is_reader_field", "edge_index_from_cells", "CELL_EDGES"]
+
+# transient cases: one mesh, point fields over time steps (issue 41)
+from meshshard.io.trajectory import Trajectory  # noqa: E402
+from meshshard.io.read_trajectory import (iter_trajectories, list_step_files, read_pvd, read_step_files,  # noqa: E402
+                                          read_trajectory, read_xdmf_series)
+from meshshard.io.meshgraphnets import (MESHGRAPHNETS_NODE_TYPES, count_meshgraphnets, iter_meshgraphnets,  # noqa: E402
+                                        read_meshgraphnets, read_meshgraphnets_meta)
+from meshshard.io.tfrecord import TFRecordError, crc32c, iter_tfrecord, parse_example  # noqa: E402
+
+__all__ += ["Trajectory", "read_trajectory", "iter_trajectories", "read_pvd", "read_xdmf_series", "read_step_files",
+            "list_step_files", "MESHGRAPHNETS_NODE_TYPES", "read_meshgraphnets", "iter_meshgraphnets",
+            "count_meshgraphnets", "read_meshgraphnets_meta", "TFRecordError", "crc32c", "iter_tfrecord",
+            "parse_example"]
