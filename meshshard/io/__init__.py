@@ -4,6 +4,10 @@
 - :class:`Mesh` holds points, volume cells, boundary cells, named node sets and point data;
   :meth:`Mesh.edge_index` turns mixed-element connectivity into an undirected graph.
 - :func:`knn_graph` builds a deterministic k-nearest-neighbour graph for point clouds.
+- :func:`cells_as_nodes` (``read_mesh(path, nodes="cells")``) gives cell-centred data its nodes:
+  cell centres joined through shared faces (:func:`cell_adjacency`).
+- :func:`read_vtk` reads VTK's formats, OpenFOAM and EnSight cases through the ``vtk`` extra.
+- :func:`node_type_from_field` takes integer node types from a point or cell field.
 """
 from meshshard.io.cell_edges import CELL_EDGES, edge_index_from_cells
 from meshshard.io.knn import knn_graph
@@ -11,3 +15,10 @@ from meshshard.io.mesh import Mesh
 from meshshard.io.read import is_reader_field, point_field_names, read_mesh, supported_suffixes
 
 __all__ = ["Mesh", "read_mesh", "knn_graph", "supported_suffixes", "point_field_names", "is_reader_field", "edge_index_from_cells", "CELL_EDGES"]
+
+from meshshard.io.cell_graph import cell_adjacency, cell_centroids
+from meshshard.io.cells_as_nodes import cells_as_nodes
+from meshshard.io.node_types import node_type_from_field
+from meshshard.io.vtk_formats import read_vtk
+
+__all__ += ["cells_as_nodes", "cell_adjacency", "cell_centroids", "node_type_from_field", "read_vtk"]
