@@ -116,7 +116,13 @@ def _cell_arrays(ds) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         if ds.GetNumberOfCells() == 0:
             return np.empty(0, np.int64), np.zeros(1, np.int64), np.empty(0, np.int64)
         cells = ds.GetCells()
-        return (vtk_to_numpy(ds.GetCellTypesArray()).astype(np.int64),
+        try:
+            types = ds.GetCellTypes()  # VTK >= 9.6: the type of every cell
+        except TypeError:
+            types = None
+        if types is None or not types.IsA("vtkDataArray"):
+            types = ds.GetCellTypesArray()
+        return (vtk_to_numpy(types).astype(np.int64),
                 vtk_to_numpy(cells.GetOffsetsArray()).astype(np.int64),
                 vtk_to_numpy(cells.GetConnectivityArray()).astype(np.int64))
     if ds.IsA("vtkPolyData"):
