@@ -32,6 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"], help="feature storage dtype")
     parser.add_argument("--knn", type=int, default=DEFAULT_KNN, metavar="K",
                         help=f"neighbours per point for point clouds (files without cells, e.g. .npz) (default {DEFAULT_KNN})")
+    parser.add_argument("--node-type", default=None, metavar="FIELD",
+                        help="integer node types from this point or cell field (as the MeshGraphNets datasets store "
+                             "them) instead of the files' boundary markers / physical groups / patches")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     inputs = args.inputs[0] if len(args.inputs) == 1 else args.inputs
     res = preprocess_dataset(inputs, args.out, args.num_parts, args.features, args.targets, method=args.method,
                              halo_hops=args.halo_hops, workers=args.workers, seed=args.seed, dtype=args.dtype,
-                             progress=not args.quiet, knn=args.knn)
+                             progress=not args.quiet, knn=args.knn,
+                             node_type_field=args.node_type)
     n = len(res.written) + len(res.skipped)
     print(f"{n} samples in {res.out_dir}: {len(res.written)} written, {len(res.skipped)} already done "
           f"(verified, skipped), {res.seconds:.1f} s")

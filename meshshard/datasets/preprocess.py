@@ -26,6 +26,7 @@ import json
 import os
 import re
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,7 +122,19 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     if done is not None:
         return {"skipped": True, "meta": done, "dir": sample_dir.name}
     mesh = read_mesh(src)
-    names = sorted(mesh.node_sets)  # per-sample node types: ids into this sorted list (0 = interior)
+    field = settings.get("node_type_field")
+    if field:  # integer types from a field: type v > 0 is the node type named "FIELD=v", 0 interior
+        from meshshard.io import node_type_from_field
+
+        raw = node_type_from_field(mesh, field)
+        values = sorted(set(raw.unique().tolist()) - {0})
+        names = [f"{field}={v}" for v in values]
+        lut = torch.zeros(int(raw.max()) + 1, dtype=torch.long)
+        lut[torch.tensor(values, dtype=torch.long)] = torch.arange(1, len(values) + 1)
+        type_ids = lut[raw]
+    else:
+        names = sorted(mesh.node_sets)  # per-sample node types: ids into this sorted list (0 = interior)
+        type_ids = node_type_ids(mesh, names)
     data = SimpleNamespace(**mesh_arrays(mesh, settings["features"], settings["targets"], names, dtype=torch.float64,
                                          knn=settings["knn"]))
     moments = sample_moments(data)
@@ -133,7 +146,7 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
         "pos": data.pos.to(dtype),
         "x": data.x.to(dtype),
         "y": data.y.to(dtype),
-        "node_type_id": node_type_ids(mesh, names),
+        "node_type_id": type_ids,
     }
     meta = {
         "settings": settings,
@@ -168,6 +181,7 @@ def preprocess_dataset(
     progress: bool = True,
     on_sample: Optional[Callable[[str, bool], None]] = None,
     knn: int = DEFAULT_KNN,
+    node_type_field: Optional[str] = None,
 ) -> PreprocessResult:
     """Partition every mesh of a dataset and write it as sharded training data (see module doc).
 
@@ -185,9 +199,16 @@ def preprocess_dataset(
         progress: show a tqdm bar over samples.
         on_sample: called with ``(sample_dir_name, skipped)`` as each sample finishes.
         knn: neighbours per point for files without cells (point clouds, e.g. ``.npz``).
+        node_type_field: a point or cell field holding integer node types
+            (:func:`meshshard.io.node_type_from_field`), instead of the mesh's named boundary sets;
+            type ``v > 0`` becomes the node type named ``"FIELD=v"``, ``0`` interior.
 
     Returns:
         :class:`PreprocessResult`.
+
+    Warns:
+        UserWarning: once, when samples have no boundary information at all (no named sets and no
+            ``node_type_field``): every node of theirs is ``interior``.
 
     Raises:
         ValueError: ``out_dir`` exists and holds something other than a (partial) meshshard
@@ -214,6 +235,8 @@ def preprocess_dataset(
     check_dataset_dir(out)
     check_fields(files, features, targets)  # every file, before the first partition
     settings = _settings(num_parts, method, halo_hops, features, targets, seed, dtype, knn)
+    if node_type_field is not None:  # only when given: datasets written without it keep their settings
+        settings["node_type_field"] = str(node_type_field)
     t0 = time.perf_counter()
     # A failed run removes the output folder if it made it and no sample was finished, and puts back
     # the dataset meta.json of an earlier run if every sample it vouches for is still the same.
@@ -294,6 +317,13 @@ def _finish(files, names, out: Path, settings: dict, results: Dict[int, dict], t
     cols = {(tuple(m["feature_columns"]), tuple(m["target_columns"])) for m in metas}
     if len(cols) > 1:
         raise ValueError(f"samples disagree on feature/target columns (vector fields of different widths?): {sorted(cols)}")
+    bare = [names[i] for i, m in enumerate(metas) if not m["node_set_names"]]
+    if bare and not settings.get("node_type_field"):
+        warnings.warn(f"{len(bare)} of {len(files)} samples have no boundary information (no SU2 markers, gmsh "
+                      f"physical groups, VTK block names or OpenFOAM patches; first: {bare[0]}), so every node of "
+                      "theirs is typed 'interior': give node types from a field with --node-type FIELD "
+                      "(preprocess_dataset(node_type_field=...)) or use a file that keeps its boundaries",
+                      stacklevel=3)
     per_sample = [{k: Moments.from_dict(m["moments"][k]) for k in STAT_KEYS} for m in metas]
     stats = DatasetStats.from_sample_moments(per_sample)
     samples = []

@@ -4,6 +4,10 @@
 - :class:`Mesh` holds points, volume cells, boundary cells, named node sets and point data;
   :meth:`Mesh.edge_index` turns mixed-element connectivity into an undirected graph.
 - :func:`knn_graph` builds a deterministic k-nearest-neighbour graph for point clouds.
+- :func:`cells_as_nodes` (``read_mesh(path, nodes="cells")``) gives cell-centred data its nodes:
+  cell centres joined through shared faces (:func:`cell_adjacency`).
+- :func:`read_vtk` reads VTK's formats, OpenFOAM and EnSight cases through the ``vtk`` extra.
+- :func:`node_type_from_field` takes integer node types from a point or cell field.
 """
 from meshshard.io.cell_edges import CELL_EDGES, edge_index_from_cells
 from meshshard.io.knn import knn_graph
@@ -24,3 +28,11 @@ __all__ += ["Trajectory", "read_trajectory", "iter_trajectories", "read_pvd", "r
             "list_step_files", "MESHGRAPHNETS_NODE_TYPES", "read_meshgraphnets", "iter_meshgraphnets",
             "count_meshgraphnets", "read_meshgraphnets_meta", "TFRecordError", "crc32c", "iter_tfrecord",
             "parse_example"]
+
+# cell-centred data, VTK's formats, node types from fields
+from meshshard.io.cell_graph import cell_adjacency, cell_centroids  # noqa: E402
+from meshshard.io.cells_as_nodes import cells_as_nodes  # noqa: E402
+from meshshard.io.node_types import node_type_from_field  # noqa: E402
+from meshshard.io.vtk_formats import read_vtk  # noqa: E402
+
+__all__ += ["cells_as_nodes", "cell_adjacency", "cell_centroids", "node_type_from_field", "read_vtk"]

@@ -65,9 +65,17 @@ class Mesh:
         node_sets: dict name -> LongTensor of sorted node ids. Derived from ``cell_sets`` when
             not given.
         source: the file the mesh was read from, if any.
+        cell_data: dict name -> array with one row per volume cell, the cells in the order of
+            ``cells`` (its types in dict order, then the rows of each type).
+        graph: a fixed node graph, LongTensor [2, E] (both directions), for a mesh whose graph
+            does not come from its cells (the cell graph of :func:`meshshard.io.cells_as_nodes`).
+            :meth:`edge_index` returns it, and the mesh is then no point cloud.
 
     Attributes:
-        points, cells, boundary_cells, cell_sets, node_sets, point_data, source.
+        points, cells, boundary_cells, cell_sets, node_sets, point_data, cell_data, source.
+        nodes: ``"points"`` (nodes are the mesh's vertices) or ``"cells"`` (set by
+            :func:`meshshard.io.cells_as_nodes`: nodes are the cells of ``vertex_mesh``).
+        vertex_mesh: the vertex-based mesh a cell-centred mesh was made from, else ``None``.
     """
 
     def __init__(
@@ -79,6 +87,8 @@ class Mesh:
         point_data: Optional[Mapping[str, ArrayLike]] = None,
         node_sets: Optional[Mapping[str, ArrayLike]] = None,
         source: Optional[Union[str, Path]] = None,
+        cell_data: Optional[Mapping[str, ArrayLike]] = None,
+        graph: Optional[ArrayLike] = None,
     ):
         self.points: np.ndarray = _validate_points(points)
         n = self.points.shape[0]
@@ -116,6 +126,23 @@ class Mesh:
                 raise ValueError(f"node_sets[{name!r}] has node ids outside [0, {n})")
             self.node_sets[name] = ids
         self.source: Optional[Path] = Path(source) if source is not None else None
+        n_cells = self.num_cells
+        self.cell_data: Dict[str, np.ndarray] = {}
+        for name, arr in (cell_data or {}).items():
+            arr = _as_numpy(arr)
+            if arr.ndim == 0 or arr.shape[0] != n_cells:
+                raise ValueError(f"cell_data[{name!r}] must have one row per volume cell ({n_cells}), got shape {arr.shape}")
+            self.cell_data[name] = arr
+        self.graph: Optional[torch.Tensor] = None
+        if graph is not None:
+            g = torch.as_tensor(_as_numpy(graph), dtype=torch.long)
+            if g.ndim != 2 or g.shape[0] != 2:
+                raise ValueError(f"graph must be an edge index [2, E], got shape {tuple(g.shape)}")
+            if g.numel() and (g.min() < 0 or g.max() >= n):
+                raise ValueError(f"graph refers to node ids outside [0, {n})")
+            self.graph = g
+        self.nodes: str = "points"
+        self.vertex_mesh: Optional["Mesh"] = None
 
     def _set_nodes(self, per_type: Mapping[str, np.ndarray]) -> np.ndarray:
         chunks = [self.cells.get(t, self.boundary_cells.get(t))[idx].reshape(-1) for t, idx in per_type.items()]
@@ -151,8 +178,8 @@ class Mesh:
 
     @property
     def is_point_cloud(self) -> bool:
-        """True when the mesh has no volume cells (build its graph with ``knn_graph``)."""
-        return self.num_cells == 0
+        """True when the mesh has no volume cells and no fixed ``graph`` (build its graph with ``knn_graph``)."""
+        return self.num_cells == 0 and self.graph is None
 
     @property
     def topological_dim(self) -> Optional[int]:
@@ -160,7 +187,7 @@ class Mesh:
         return topological_dim(next(iter(self.cells))) if self.cells else None
 
     def edge_index(self) -> torch.Tensor:
-        """The undirected node graph from the element edges of the volume cells.
+        """The undirected node graph from the element edges of the volume cells (or the fixed ``graph``).
 
         Returns:
             LongTensor [2, E]: both directions of every edge, no duplicates, no self loops,
@@ -175,10 +202,13 @@ class Mesh:
                 "this mesh has no cells (a point cloud): build its graph with "
                 "meshshard.knn_graph(mesh.points, k) instead of Mesh.edge_index()"
             )
+        if self.graph is not None:
+            return self.graph
         return edge_index_from_cells(self.cells, self.num_nodes)
 
     def __repr__(self) -> str:
-        cells = "{" + ", ".join(f"{t}: {len(c)}" for t, c in self.cells.items()) + "}" if self.cells else "None (point cloud)"
+        cells = "{" + ", ".join(f"{t}: {len(c)}" for t, c in self.cells.items()) + "}" if self.cells else \
+            "None (point cloud)" if self.is_point_cloud else "None"
         parts = [f"num_nodes={self.num_nodes}", f"dim={self.dim}", f"cells={cells}"]
         if self.boundary_cells:
             parts.append("boundary_cells={" + ", ".join(f"{t}: {len(c)}" for t, c in self.boundary_cells.items()) + "}")
@@ -186,4 +216,8 @@ class Mesh:
             parts.append(f"node_sets={sorted(self.node_sets)}")
         if self.point_data:
             parts.append(f"point_data={sorted(self.point_data)}")
+        if self.cell_data:
+            parts.append(f"cell_data={sorted(self.cell_data)}")
+        if self.nodes == "cells":
+            parts.append("nodes=cells")
         return "Mesh(" + ", ".join(parts) + ")"

@@ -42,7 +42,7 @@ def is_reader_field(name: str) -> bool:
     return str(name).lower().startswith(READER_FIELD_PREFIXES)
 
 
-def point_field_names(path: PathLike) -> List[str]:
+def point_field_names(path: PathLike, nodes: str = "points") -> List[str]:
     """Names of the point fields :func:`read_mesh` would give ``path``, found cheaply where possible.
 
     A ``.npz`` is not loaded (its member names are listed) and a ``.vtu`` is scanned only for its
@@ -51,6 +51,7 @@ def point_field_names(path: PathLike) -> List[str]:
 
     Args:
         path: a mesh or point-cloud file.
+        nodes: ``"cells"`` for the fields of ``read_mesh(path, nodes="cells")`` (the cell fields).
 
     Returns:
         sorted field names (the coordinates ``points`` / ``pos`` of a ``.npz`` are not a field).
@@ -59,6 +60,8 @@ def point_field_names(path: PathLike) -> List[str]:
         FileNotFoundError, ValueError: as :func:`read_mesh`.
     """
     path = Path(path)
+    if _check_nodes(nodes) == "cells":
+        return sorted(read_mesh(path).cell_data)
     suffix = path.suffix.lower()
     if path.is_file() and suffix == ".npz":
         import zipfile
@@ -98,42 +101,88 @@ def _vtu_point_field_names(path: Path, chunk: int = 1 << 20) -> Optional[List[st
 
 
 def supported_suffixes() -> List[str]:
-    """File suffixes :func:`read_mesh` understands (meshio's plus ``.npz`` / ``.npy``)."""
+    """File suffixes :func:`read_mesh` understands (meshio's, ``.npz`` / ``.npy``, and the VTK
+    formats of :mod:`meshshard.io.vtk_formats`, which need the extra ``meshshard[vtk]``)."""
     import meshio
 
-    return sorted(set(meshio.extension_to_filetypes) | {".npz", ".npy"})
+    from meshshard.io.vtk_formats import VTK_SUFFIXES
+
+    return sorted(set(meshio.extension_to_filetypes) | {".npz", ".npy"} | set(VTK_SUFFIXES))
 
 
-def read_mesh(path: PathLike, file_format: Optional[str] = None) -> Mesh:
+def _check_nodes(nodes: str) -> str:
+    if nodes not in ("points", "cells"):
+        raise ValueError(f"nodes must be 'points' (mesh vertices) or 'cells' (cell centres), got {nodes!r}")
+    return nodes
+
+
+def read_mesh(path: PathLike, file_format: Optional[str] = None, nodes: str = "points",
+              time: Optional[float] = None) -> Mesh:
     """Read a mesh or point cloud.
 
     Args:
-        path: a file meshio reads (``.vtu .vtk .msh .su2 .xdmf ...``), or a ``.npz`` with an
-            array ``points`` [N, d] (every other array with N rows becomes ``point_data``), or a
-            ``.npy`` array [N, d] of points.
+        path: a file meshio reads (``.vtu .vtk .msh .su2 .xdmf ...``), a VTK format read through
+            the ``vtk`` package (``.vtp .pvtu .pvtp .vtm``, legacy ``.vtk`` polydata, EnSight
+            ``.case``, an OpenFOAM ``.foam`` marker file or case folder; see
+            :mod:`meshshard.io.vtk_formats`), a ``.npz`` with an array ``points`` [N, d] (every
+            other array with N rows becomes ``point_data``), or a ``.npy`` array [N, d] of points.
         file_format: meshio format name, to override the guess from the suffix.
+        nodes: ``"points"`` (default): the nodes are the mesh vertices. ``"cells"``: the nodes
+            are the volume cells (:func:`meshshard.io.cells_as_nodes`: centres as positions, cell
+            fields as ``point_data``, cells sharing a face or side as the graph).
+        time: the time to read from an OpenFOAM or EnSight case (default: its last).
 
     Returns:
         :class:`Mesh` with float64 points [N, d] (d = 2 when the mesh is planar: a zero z column of
         a 2D mesh is dropped), volume ``cells``, ``boundary_cells``, ``cell_sets``/``node_sets``
-        (SU2 markers by name), ``point_data``.
+        (SU2 markers, gmsh physical groups, VTK block names, OpenFOAM patches), ``point_data``,
+        ``cell_data`` (fields of the volume cells).
 
     Raises:
         FileNotFoundError: the file does not exist.
-        ValueError: the file cannot be read as a mesh (message names file, format and suffixes).
+        ImportError: a VTK format without the ``vtk`` package (names ``meshshard[vtk]``).
+        ValueError: the file cannot be read as a mesh (message names file, format and the problem).
     """
-    path = Path(path)
+    _check_nodes(nodes)
+    mesh = _read_vertices(Path(path), file_format, time)
+    if nodes == "cells":
+        from meshshard.io.cells_as_nodes import cells_as_nodes
+
+        return cells_as_nodes(mesh)
+    return mesh
+
+
+def _read_vertices(path: Path, file_format: Optional[str], time: Optional[float]) -> Mesh:
+    from meshshard.io.vtk_formats import VTK_SUFFIXES, is_openfoam_case, read_vtk
+
     if not path.exists():
         raise FileNotFoundError(f"mesh file not found: {path}")
-    if path.is_dir():
-        raise ValueError(f"{path} is a directory, not a mesh file")
+    if path.is_dir() and not is_openfoam_case(path):
+        raise ValueError(f"{path} is a directory, not a mesh file (nor an OpenFOAM case: no system/controlDict)")
     suffix = path.suffix.lower()
+    if file_format is None and (suffix in VTK_SUFFIXES or path.is_dir()):
+        return read_vtk(path, time=time)
     if file_format is None and suffix in (".npz", ".npy"):
         return _read_numpy(path)
+    if file_format is None and suffix == ".vtk":
+        try:
+            return _read_meshio(path, file_format)
+        except ValueError as exc:  # meshio reads legacy unstructured grids only, vtk the rest (polydata)
+            from meshshard._optional import has_module
+
+            if not has_module("vtk"):
+                raise ValueError(f"{exc} (legacy .vtk polydata needs the vtk package: pip install 'meshshard[vtk]')") \
+                    from exc
+            return read_vtk(path, time=time)
     return _read_meshio(path, file_format)
 
 
 def _read_error(path: Path, fmt: str, why: str) -> ValueError:
+    suffix = path.suffix.lower()
+    if suffix and suffix in supported_suffixes():
+        # the suffix is one we read: the file itself is at fault, a list of suffixes would not help
+        return ValueError(f"cannot read mesh file {path} as format {fmt!r}: {why.rstrip('. ')}. "
+                          f"The file is damaged or is not a {suffix} file")
     return ValueError(
         f"cannot read mesh file {path} as format {fmt!r}: {why.rstrip('. ')}. "
         f"Supported suffixes: {' '.join(supported_suffixes())}"
@@ -206,14 +255,27 @@ def _read_meshio(path: Path, file_format: Optional[str]) -> Mesh:
 
     cell_sets = _cell_sets(m, path, block_pos)
     point_data = {k: np.asarray(v) for k, v in m.point_data.items()}
+    cell_data = _volume_cell_data(m, cells)
     del m, all_cells, by_type
     # the reader's temporaries (decoded buffers, XML text) were freed into the heap: hand them back
     release_free_heap()
     try:
         return Mesh(points, cells=cells, boundary_cells=boundary, cell_sets=cell_sets,
-                    point_data=point_data, source=path)
+                    point_data=point_data, source=path, cell_data=cell_data)
     except (TypeError, ValueError) as exc:
         raise _read_error(path, fmt, str(exc)) from exc
+
+
+def _volume_cell_data(m, cells: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """meshio's cell fields of the volume cells, in the order of ``cells`` (reader bookkeeping left out)."""
+    out = {}
+    for name, per_block in m.cell_data.items():
+        if is_reader_field(name) or len(per_block) != len(m.cells):
+            continue
+        chunks = [np.asarray(arr) for t in cells for block, arr in zip(m.cells, per_block) if block.type == t]
+        if chunks and len({c.shape[1:] for c in chunks}) == 1:
+            out[str(name)] = np.concatenate(chunks)
+    return out
 
 
 def _forward_meshio_notes(text: str, path: Path) -> None:
@@ -241,6 +303,12 @@ def _cell_sets(m, path: Path, block_pos) -> Dict[str, Dict[str, np.ndarray]]:
     elif "gmsh:physical" in m.cell_data and m.field_data:
         for name, (tag, *_rest) in ((k, np.atleast_1d(v)) for k, v in m.field_data.items()):
             raw[name] = [np.flatnonzero(np.asarray(tags) == tag) for tags in m.cell_data["gmsh:physical"]]
+    elif "gmsh:physical" in m.cell_data:
+        # physical tags without their names (a gmsh mesh converted to .vtu keeps the tags only):
+        # named by number, so the boundaries are not lost
+        tags = {int(t) for arr in m.cell_data["gmsh:physical"] for t in np.unique(np.asarray(arr))}
+        for tag in sorted(tags - {0}):
+            raw[f"physical_{tag}"] = [np.flatnonzero(np.asarray(a) == tag) for a in m.cell_data["gmsh:physical"]]
     block_len = [len(b.data) for b in m.cells]
     out: Dict[str, Dict[str, np.ndarray]] = {}
     for name, blocks in raw.items():

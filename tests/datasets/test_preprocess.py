@@ -123,3 +123,50 @@ def test_missing_fields_are_reported_for_every_file_before_any_work(tmp_path, da
     assert "'velocity' not found (features)" in b_line and "'pressure' not found (targets)" in b_line
     assert "'velocity'" not in msg.split("a_flow.vtu")[1].split("\n")[0].split("available")[0]
     assert not out.exists(), "a run that fails before its first sample leaves no output folder"
+
+
+def _triangles_vtu(path, with_type: bool):
+    import meshio
+    import numpy as np
+
+    pts = np.array([(i, j, 0.0) for j in range(4) for i in range(4)])
+    tris = [(a, a + 1, a + 5) for a in (0, 1, 2, 4, 5, 6, 8, 9, 10)] + [(a, a + 5, a + 4) for a in (0, 1, 2, 4, 5, 6, 8, 9, 10)]
+    on_edge = ((pts[:, 0] % 3 == 0) | (pts[:, 1] % 3 == 0)).astype(np.int32)
+    point_data = {"p": pts[:, 0].copy()}
+    if with_type:
+        point_data["node_type"] = on_edge * np.where(pts[:, 0] == 0, 4, 6)  # inflow 4 on x = 0, walls 6
+    meshio.write(path, meshio.Mesh(pts, [("triangle", np.array(tris))], point_data=point_data))
+    return point_data
+
+
+def test_no_boundary_information_warns_once_naming_the_fix(tmp_path):
+    src = tmp_path / "cases"
+    src.mkdir()
+    for n in ("a.vtu", "b.vtu"):
+        _triangles_vtu(src / n, with_type=False)
+    with pytest.warns(UserWarning, match=r"2 of 2 samples have no boundary information.*--node-type FIELD") as rec:
+        preprocess_dataset(src, tmp_path / "out", 2, ["p"], [], progress=False)
+    assert sum("boundary information" in str(w.message) for w in rec) == 1
+
+
+def test_node_types_from_a_field(tmp_path, recwarn):
+    import torch
+
+    from meshshard.graph import load_part
+
+    src = tmp_path / "cases"
+    src.mkdir()
+    fields = _triangles_vtu(src / "a.vtu", with_type=True)
+    out = tmp_path / "out"
+    preprocess_dataset(src, out, 2, ["p"], [], progress=False, node_type_field="node_type")
+    assert not [w for w in recwarn if "boundary information" in str(w.message)]
+    meta = read_dataset_meta(out)
+    assert meta["node_types"] == ["node_type=4", "node_type=6"] and meta["node_type_field"] == "node_type"
+    want = torch.tensor([{0: 0, 4: 1, 6: 2}[int(v)] for v in fields["node_type"]])
+    sample = out / meta["samples"][0]["dir"]
+    got = torch.full((16,), -1)
+    for r in range(2):
+        part = load_part(sample, r)
+        ids = part["owned_ids"]
+        got[ids] = part["node_data"]["node_type_id"][:len(ids)]
+    assert got.tolist() == want.tolist()

@@ -52,3 +52,17 @@ def test_cell_sets_give_node_sets():
     assert m.node_sets["right_top"].tolist() == [1, 2, 3]
     assert m.node_sets["bottom"].dtype == torch.long
     assert m.num_cells == 2 and m.topological_dim == 2
+
+
+def test_cell_data_and_fixed_graph_are_checked():
+    pts = np.array([[0, 0], [1, 0], [1, 1], [0, 1.0]])
+    m = Mesh(pts, cells={"triangle": [[0, 1, 2], [0, 2, 3]]}, cell_data={"c": [1.0, 2.0]})
+    assert m.cell_data["c"].tolist() == [1.0, 2.0] and "cell_data=['c']" in repr(m)
+    with pytest.raises(ValueError, match="one row per volume cell"):
+        Mesh(pts, cells={"triangle": [[0, 1, 2]]}, cell_data={"c": [1.0, 2.0]})
+    g = Mesh(pts, graph=torch.tensor([[0, 1], [1, 0]]))
+    assert not g.is_point_cloud and g.edge_index().tolist() == [[0, 1], [1, 0]] and "point cloud" not in repr(g)
+    with pytest.raises(ValueError, match="outside"):
+        Mesh(pts, graph=torch.tensor([[0], [4]]))
+    with pytest.raises(ValueError, match=r"\[2, E\]"):
+        Mesh(pts, graph=torch.zeros(3, 1, dtype=torch.long))

@@ -266,3 +266,26 @@ def test_point_field_names_match_read_mesh(tmp_path, data_dir):
               tmp_path / "c.npz", tmp_path / "sq.msh", data_dir / "naca0012_inviscid.su2"]:
         assert point_field_names(f) == sorted(read_mesh(f).point_data), f
     assert point_field_names(tmp_path / "sq.msh") == ["gmsh:dim_tags"]
+
+
+def test_unreadable_file_of_a_known_suffix_does_not_list_that_suffix(tmp_path):
+    (tmp_path / "broken.su2").write_text("NDIME= 2\nNPOIN= 3\n0 0\n1 zz\n")
+    with pytest.raises(ValueError) as info:
+        read_mesh(tmp_path / "broken.su2")
+    msg = str(info.value)
+    assert "Supported suffixes" not in msg and "damaged or is not a .su2 file" in msg
+    (tmp_path / "x.foo").write_text("hello")
+    with pytest.raises(ValueError, match=r"Supported suffixes: .*\.vtp"):
+        read_mesh(tmp_path / "x.foo")
+
+
+def test_gmsh_physical_tags_without_names_become_numbered_sets(tmp_path):
+    # a gmsh mesh converted to .vtu keeps its gmsh:physical cell tags but not their names
+    pts = np.array([[0.0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0]])
+    cells = [("triangle", np.array([[0, 1, 2], [0, 2, 3]])), ("line", np.array([[0, 1], [2, 3]]))]
+    meshio.write(tmp_path / "g.vtu", meshio.Mesh(pts, cells, cell_data={"gmsh:physical": [np.array([9, 9]),
+                                                                                         np.array([3, 4])]}))
+    m = read_mesh(tmp_path / "g.vtu")
+    assert {k: v.tolist() for k, v in m.node_sets.items()} == \
+        {"physical_3": [0, 1], "physical_4": [2, 3], "physical_9": [0, 1, 2, 3]}
+    assert "gmsh:physical" not in m.cell_data  # reader bookkeeping, not a field
