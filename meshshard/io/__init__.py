@@ -10,29 +10,28 @@
 - :func:`node_type_from_field` takes integer node types from a point or cell field.
 """
 from meshshard.io.cell_edges import CELL_EDGES, edge_index_from_cells
+from meshshard.io.cell_graph import cell_adjacency, cell_centroids
+from meshshard.io.cells_as_nodes import cells_as_nodes
 from meshshard.io.knn import knn_graph
 from meshshard.io.mesh import Mesh
-from meshshard.io.read import is_reader_field, point_field_names, read_mesh, supported_suffixes
-
-__all__ = ["Mesh", "read_mesh", "knn_graph", "supported_suffixes", "point_field_names", "is_reader_field", "edge_index_from_cells", "CELL_EDGES"]
-
-# transient cases: one mesh, point fields over time steps (issue 41)
-from meshshard.io.trajectory import Trajectory  # noqa: E402
-from meshshard.io.read_trajectory import (iter_trajectories, list_step_files, read_pvd, read_step_files,  # noqa: E402
-                                          read_trajectory, read_xdmf_series)
-from meshshard.io.meshgraphnets import (MESHGRAPHNETS_NODE_TYPES, count_meshgraphnets, iter_meshgraphnets,  # noqa: E402
+from meshshard.io.meshgraphnets import (MESHGRAPHNETS_NODE_TYPES, count_meshgraphnets, iter_meshgraphnets,
                                         read_meshgraphnets, read_meshgraphnets_meta)
-from meshshard.io.tfrecord import TFRecordError, crc32c, iter_tfrecord, parse_example  # noqa: E402
+from meshshard.io.node_types import node_type_from_field
+from meshshard.io.read import is_reader_field, point_field_names, read_mesh, supported_suffixes
+from meshshard.io.read_trajectory import (iter_trajectories, list_step_files, read_pvd, read_step_files,
+                                          read_trajectory, read_xdmf_series)
+from meshshard.io.tfrecord import TFRecordError, crc32c, iter_tfrecord, parse_example
+from meshshard.io.trajectory import Trajectory
+from meshshard.io.vtk_formats import read_vtk
 
-__all__ += ["Trajectory", "read_trajectory", "iter_trajectories", "read_pvd", "read_xdmf_series", "read_step_files",
-            "list_step_files", "MESHGRAPHNETS_NODE_TYPES", "read_meshgraphnets", "iter_meshgraphnets",
-            "count_meshgraphnets", "read_meshgraphnets_meta", "TFRecordError", "crc32c", "iter_tfrecord",
-            "parse_example"]
-
-# cell-centred data, VTK's formats, node types from fields
-from meshshard.io.cell_graph import cell_adjacency, cell_centroids  # noqa: E402
-from meshshard.io.cells_as_nodes import cells_as_nodes  # noqa: E402
-from meshshard.io.node_types import node_type_from_field  # noqa: E402
-from meshshard.io.vtk_formats import read_vtk  # noqa: E402
-
-__all__ += ["cells_as_nodes", "cell_adjacency", "cell_centroids", "node_type_from_field", "read_vtk"]
+__all__ = [
+    # meshes and graphs
+    "Mesh", "read_mesh", "knn_graph", "supported_suffixes", "point_field_names", "is_reader_field",
+    "edge_index_from_cells", "CELL_EDGES",
+    # cell-centred data, VTK's formats, node types from fields
+    "cells_as_nodes", "cell_adjacency", "cell_centroids", "node_type_from_field", "read_vtk",
+    # transient cases: one mesh, fields over time steps
+    "Trajectory", "read_trajectory", "iter_trajectories", "read_pvd", "read_xdmf_series", "read_step_files",
+    "list_step_files", "MESHGRAPHNETS_NODE_TYPES", "read_meshgraphnets", "iter_meshgraphnets",
+    "count_meshgraphnets", "read_meshgraphnets_meta", "TFRecordError", "crc32c", "iter_tfrecord", "parse_example",
+]
