@@ -484,7 +484,31 @@ _LOCAL_DISPATCH = {
 _INPLACE = {aten.copy_.default, aten.zero_.default, aten.fill_.Scalar, aten.add_.Tensor}
 
 
+class _Rebind:
+    """While set, ``aten.copy_`` into a ShardTensor rebinds its local tensor to the source's
+    instead of writing into it (see :func:`assign_inplace`)."""
+    on = False
+
+
+def assign_inplace(x: "ShardTensor", out: "ShardTensor") -> "ShardTensor":
+    """Make ``x`` hold ``out``'s value the way an in-place op does: autograd records one
+    ``copy_`` on ``x`` (its history continues from ``out``), while ``x``'s old local tensor is left
+    untouched (it may be saved for the backward of the op that read it; writing into it below
+    autograd would change that silently) and ``x`` takes ``out``'s local tensor instead."""
+    _Rebind.on = True
+    try:
+        with torch._C.DisableTorchFunctionSubclass():
+            torch.Tensor.copy_(x, out)
+    finally:
+        _Rebind.on = False
+    return x
+
+
 def _dispatch_locally(func, args, kwargs):
+    if _Rebind.on and func is aten.copy_.default:
+        x, src = args[0], args[1]
+        x._local_tensor = src._local_tensor
+        return x
     layouts = []
 
     def unwrap(x):

@@ -330,12 +330,13 @@ def _common_ops_check(x_full, mesh, rank, sizes):
         "index_select": lambda x: x.index_select(0, torch.tensor([0])),
         "max": lambda x: x.max(), "argmin(0)": lambda x: x.argmin(0),
         "zeros_like": torch.zeros_like, "stack": lambda x: torch.stack([x, x]),
+        "add_": lambda x: x.clone().add_(1.0),
     }
     unsupported = {
         "cat(dim=0)": lambda x: torch.cat([x, x], dim=0), "x @ x.T": lambda x: x @ x.T,
         "norm": lambda x: x.norm(),
         "std": lambda x: x.std(), "softmax(dim=0)": lambda x: torch.softmax(x, 0), "cumsum": lambda x: x.cumsum(0),
-        "add_": lambda x: x.clone().add_(1.0), "item": lambda x: x.sum(1).item(), "tolist": lambda x: x.tolist(),
+        "item": lambda x: x.sum(1).item(), "tolist": lambda x: x.tolist(),
         "repeat(2, 1)": lambda x: x.repeat(2, 1),
     }
     for name, op in supported.items():

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 from meshshard.distributed import Partial, Replicate, Shard
-from meshshard.tensor.shard_tensor import ShardTensor, _FromLocal
+from meshshard.tensor.shard_tensor import ShardTensor, _FromLocal, assign_inplace
 from meshshard.tensor.spec import shard_dims_of
 from meshshard.tensor._ops._common import (WAY_OUT, is_replicated, layout, local_of, op_name, promote_plain,
                                           reference, register, wrap)
@@ -92,9 +92,9 @@ def _out_of_place(func, kwargs):
 
 
 def _inplace(func, types, args, kwargs, twin):
-    """An in-place element-wise op on a ShardTensor: the out-of-place result, then one ``copy_``
-    into the ShardTensor recorded by autograd on the ShardTensor itself, so its history continues
-    from the result (as in-place ops on plain tensors do) and backward stays exact."""
+    """An in-place element-wise op on a ShardTensor: the out-of-place result, assigned to the
+    ShardTensor by one ``copy_`` that autograd records on it, so its history continues from the
+    result (as in-place ops on plain tensors do) and backward stays exact."""
     x = args[0] if args else kwargs.get("input")
     if not isinstance(x, ShardTensor):
         raise NotImplementedError(f"ShardTensor: in-place {op_name(func)} on a plain tensor with a ShardTensor "
@@ -103,9 +103,7 @@ def _inplace(func, types, args, kwargs, twin):
     if not isinstance(out, ShardTensor) or layout(out) != layout(x) or out.dtype != x.dtype:
         raise NotImplementedError(f"ShardTensor: in-place {op_name(func)} would change the tensor's layout or dtype; "
                                   "use the out-of-place op")
-    with torch._C.DisableTorchFunctionSubclass():
-        torch.Tensor.copy_(x, out)
-    return x
+    return assign_inplace(x, out)
 
 
 def _aligned(st):
@@ -187,7 +185,7 @@ def pointwise_handler(func, types, args, kwargs):
         if isinstance(x, ShardTensor):
             if id(x) in gather:
                 x = x.redistribute(placements=(Replicate(),) * x.device_mesh.ndim)
-            if _aligned(x) == ref_key and not is_replicated(x):
+            if _aligned(x) == ref_key and x._shard_sizes == ref._shard_sizes and not is_replicated(x):
                 return x.to_local()
             return local_of(func, x, ref, align=True)
         if isinstance(x, torch.Tensor):

@@ -136,12 +136,9 @@ def _tokens_to_points_case(rank, world, mesh):
     (out.to_local() ** 2).sum().backward()
     _close(out.to_local(), _rows(ref.detach(), sizes, rank, 1), "tokens -> points output", torch.float64)
     _close(xl.grad, _rows(xf.grad, sizes, rank, 1), "tokens -> points dx", torch.float64)
-    on_tokens = {id(p) for p in block.q.parameters()}
     for p, r in zip(block.parameters(), ref_grads):
-        # as in _transolver_case: weights on the sharded points hold partial sums, those on the
-        # replicated tokens the whole gradient
-        grad = p.grad if id(p) in on_tokens else all_reduce(p.grad.clone())
-        _close(grad, r, "tokens -> points weight grad", torch.float64)
+        # as in _transolver_case: one rule, the shares sum to the whole gradient
+        _close(all_reduce(p.grad.clone()), r, "tokens -> points weight grad", torch.float64)
 
 
 def _masks(world):
@@ -192,12 +189,10 @@ def _transolver_case(rank, world, mesh):
     (out.to_local() ** 2).sum().backward()
     _close(out.to_local(), _rows(ref.detach(), sizes, rank, 1), "transolver output", torch.float64)
     _close(xl.grad, _rows(xf.grad, sizes, rank, 1), "transolver dx", torch.float64)
-    on_tokens = {id(p) for m in (block.q, block.k, block.v) for p in m.parameters()}
     for p, r in zip(block.parameters(), ref_grads):
-        # parameters used on the sharded points hold partial sums (DDP convention: all-reduce);
-        # those used on the replicated slice tokens see the whole, already summed gradient
-        grad = p.grad if id(p) in on_tokens else all_reduce(p.grad.clone())
-        _close(grad, r, "transolver weight grad", torch.float64)
+        # one rule for every parameter, on sharded points or replicated slice tokens alike: the
+        # ranks' shares sum to the whole gradient
+        _close(all_reduce(p.grad.clone()), r, "transolver weight grad", torch.float64)
 
 
 def _mesh2d_case(rank):

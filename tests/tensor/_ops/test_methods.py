@@ -75,15 +75,22 @@ EXACT = [
     ("torch.split", lambda t: torch.split(t, 2, dim=-1), S0, "values"),
     ("detach", lambda t: t.detach() * 2, S0, "values"),
     ("requires_grad_", lambda t: t.detach().requires_grad_() * 1.5, S0, "values"),
+    ("in-place masked_fill_", lambda t: (t * 1).masked_fill_(t > 0, 0.0), S0, "values"),
+    ("in-place clamp_", lambda t: (t * 1).clamp_(min=0.0), S0, "values"),
+    ("in-place +=", lambda t: _iadd(t * 1, t.sin()), S0, "values"),
+    ("F.relu(inplace=True)", lambda t: torch.nn.functional.relu(t * 1, inplace=True), S0, "values"),
 ]
+
+
+def _iadd(a, b):
+    a += b
+    return a
 
 # (name, op on a ShardTensor, exception, words its message must contain)
 REFUSED = [
     ("repeat of the sharded dim", lambda t: t.repeat(2, 1, 1), NotImplementedError, ["repeat", "sharded dim"]),
     ("tile of the sharded dim", lambda t: torch.tile(t, (2, 1, 1)), NotImplementedError, ["tile", "sharded dim"]),
     ("where(condition)", lambda t: torch.where(t > 0), NotImplementedError, ["torch.where", "full_tensor"]),
-    ("in-place masked_fill_", lambda t: t.masked_fill_(t > 0, 0.0), NotImplementedError, ["masked_fill_", "register"]),
-    ("in-place clamp_", lambda t: t.clamp_(min=0.0), NotImplementedError, ["clamp_", "register"]),
     ("new_tensor of a ShardTensor", lambda t: t.new_tensor(t), NotImplementedError, ["new_tensor", "clone"]),
     ("new_empty_strided", lambda t: t.new_empty_strided((2,), (1,)), NotImplementedError,
      ["new_empty_strided", "register"]),

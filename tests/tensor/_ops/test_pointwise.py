@@ -4,7 +4,7 @@ pairwise differences ``x[:, None] - y[None, :]`` of two sharded point sets (DTen
 cheaper side is gathered, the other keeps its sharding; on a tie the first operand keeps it),
 operands of different ndim sharded alike, ``where`` / ``masked_fill`` / ``clamp`` with operands
 sharded on different dims; casts that read a plain tensor's dtype only; ``clone`` of a Partial
-tensor staying Partial; refusals (same dim with other shard boundaries, ``where(condition)``)."""
+tensor staying Partial; operands sharding the same dim with other boundaries (rebalanced); refusals (``where(condition)``)."""
 import warnings
 
 import pytest
@@ -100,13 +100,12 @@ def _check(rank, world):
         _pair_case(rank, mesh, "with a replicated one", lambda a, b, c: a[:, None] - b[None, :] + c,
                    [x, y, y], [sx, sy, ((Replicate(),), None, 0)], 0)
 
-    # the same dim with other shard boundaries: refused, whatever the sizes
+    # the same dim with other shard boundaries: the later operand's rows move onto the first's
     if world > 1:
         moved = ns[1:] + ns[:1]
-        a = ShardTensor.from_local(_rows(x, ns, rank), mesh, (Shard(0),), sharding_shapes={0: ns})
-        b = ShardTensor.from_local(_rows(x, moved, rank), mesh, (Shard(0),), sharding_shapes={0: moved})
-        _expect(ValueError, lambda: a - b, "different layouts", "sharding_shapes")
-        _expect(ValueError, lambda: a[:, None] - b[:, None], "different layouts")
+        out = _pair_case(rank, mesh, "same dim, other boundaries", lambda a, b: a - 2 * b, [x, x.cos()],
+                         [sx, ((Shard(0),), moved, 0)], 0)
+        assert out.shard_sizes() == list(ns)
     st = ShardTensor.from_local(_rows(x, ns, rank).clone(), mesh, (Shard(0),), sharding_shapes={0: ns})
     _expect(NotImplementedError, lambda: torch.where(st > 0), "torch.where", "full_tensor")
 
