@@ -105,3 +105,10 @@ def check_split_in_two_dims(name: str, op: Callable, full: torch.Tensor, params:
         g = p.grad.clone()
         all_reduce(g)
         assert torch.allclose(g, pr.grad, **tol), f"{where}: param {i} gradient differs by {(g - pr.grad).abs().max()}"
+
+
+# Layouts of a 9 x 6 pair of dims split by a 2-D mesh, per world size: (mesh shape, rows of every
+# coordinate along the first dim, along the second); uneven, with empty and one-row shards.
+SPLIT_9_BY_6 = {1: [((1, 1), (9,), (6,))],
+                3: [((1, 3), (9,), (2, 0, 4)), ((3, 1), (2, 1, 6), (6,))],
+                4: [((2, 2), (3, 6), (5, 1)), ((2, 2), (9, 0), (4, 2)), ((2, 2), (1, 8), (0, 6))]}
