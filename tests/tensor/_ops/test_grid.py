@@ -95,6 +95,8 @@ INTERP_CASES = {
     "bilinear ac size (5,7)": (2, _plain(lambda x: F.interpolate(x, size=(5, 7), mode="bilinear", align_corners=True))),
     "trilinear scale (1.5,2,0.5)": (3, _plain(lambda x: F.interpolate(x, scale_factor=(1.5, 2, 0.5), mode="trilinear"))),
     "area size 4": (2, _plain(lambda x: F.interpolate(x, size=(4, 3), mode="area"))),
+    "bicubic scale 2.5": (2, _plain(lambda x: F.interpolate(x, scale_factor=2.5, mode="bicubic"))),
+    "bicubic ac size (4,7)": (2, _plain(lambda x: F.interpolate(x, size=(4, 7), mode="bicubic", align_corners=True))),
 }
 CASES = {**CONV_CASES, **POOL_CASES, **PAD_CASES, **INTERP_CASES}
 
@@ -146,7 +148,8 @@ def _refusals(rank, sizes):
     x = torch.randn(2, 3, sizes[rank], 4, dtype=torch.float64)
     st = ShardTensor.from_local(x, default_device_mesh(), (Shard(2),), sharding_shapes=list(sizes))
     _expect(NotImplementedError, lambda: F.max_pool2d(st, 2, return_indices=True), "max_pool2d_with_indices")
-    _expect(NotImplementedError, lambda: F.interpolate(st, scale_factor=2, mode="bicubic"), "bicubic")
+    _expect(NotImplementedError, lambda: F.interpolate(st, scale_factor=2, mode="bilinear", antialias=True),
+            "antialias")
     _expect(ValueError, lambda: F.pad(st, (0, 0, 11, 0), mode="reflect"), "reflect padding", "11")
     _expect(ValueError, lambda: F.conv2d(st, torch.randn(1, 3, 12, 1, dtype=torch.float64)), "extent 12")
     by_channel = ShardTensor.from_local(torch.randn(2, sizes[rank], 5, dtype=torch.float64), default_device_mesh(),
@@ -333,6 +336,10 @@ TWO_DIMS_CASES = {
         x, scale_factor=(1.5, 2, 0.5), mode="trilinear", align_corners=True), False),
     "linear batch x length size 11": ("seq", _none, lambda x: F.interpolate(x, size=11, mode="linear"), False),
     "area size (4,5)": ("img", _none, lambda x: F.interpolate(x, size=(4, 5), mode="area"), False),
+    "bicubic scale (2.5,1.5)": ("img", _none, lambda x: F.interpolate(x, scale_factor=(2.5, 1.5), mode="bicubic"),
+                                True),
+    "bicubic align_corners size (4,11)": ("img", _none, lambda x: F.interpolate(x, size=(4, 11), mode="bicubic",
+                                                                                align_corners=True), False),
 }
 
 
@@ -356,7 +363,8 @@ def _two_dims(rank, world):
     s0, s1 = TWO_DIMS[world][0][1:]
     local = torch.randn(2, 3, s0[mesh.get_local_rank(0)], s1[mesh.get_local_rank(1)], dtype=torch.float64)
     st = ShardTensor.from_local(local, mesh, (Shard(2), Shard(3)), sharding_shapes={0: list(s0), 1: list(s1)})
-    _expect(NotImplementedError, lambda: F.interpolate(st, scale_factor=2, mode="bicubic"), "bicubic")
+    _expect(NotImplementedError, lambda: F.interpolate(st, scale_factor=2, mode="bicubic", antialias=True),
+            "antialias")
     _expect(NotImplementedError, lambda: F.max_pool2d(st, 2, return_indices=True), "max_pool2d_with_indices")
     _expect(ValueError, lambda: F.pad(st, (0, 6, 0, 0), mode="reflect"), "reflect padding", "6")
     return done
