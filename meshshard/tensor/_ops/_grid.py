@@ -88,7 +88,8 @@ class Axis:
             ``W`` counts: rank ``r`` owns the outputs whose anchor lies in its rows.
         """
         if self.n == 0:
-            raise ValueError(f"ShardTensor: {op_name(self.func)} of a tensor with 0 rows along the sharded dim {self.d}")
+            raise ValueError(f"ShardTensor: {op_name(self.func)} of a tensor with 0 rows along the sharded dim "
+                             f"{self.d}")
         ends = torch.tensor(self.sizes, dtype=torch.long).cumsum(0)
         owner = torch.searchsorted(ends, anchors.clamp(0, self.n - 1), right=True)
         return torch.bincount(owner, minlength=len(self.sizes)).tolist()

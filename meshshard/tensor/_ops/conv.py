@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from meshshard.tensor._ops._common import op_name, register
-from meshshard.tensor._ops._grid import (bind, empty_output, fetch, grid_input, keep_connected, param_local,
-                                         starts_of, tuple_of, wrap_grid)
+from meshshard.tensor._ops._grid import (bind, empty_output, fetch, grid_input, param_local, starts_of, tuple_of,
+                                         wrap_grid)
 
 __all__ = ["conv_handler", "conv_transpose_handler"]
 

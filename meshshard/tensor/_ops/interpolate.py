@@ -138,7 +138,8 @@ def interpolate_handler(func, types, args, kwargs):
     if a["size"] is not None:
         rest["size"] = [sharded.get(i, v) for i, v in enumerate(_per_dim(a["size"], nd))]
     else:
-        rest["scale_factor"] = [1.0 if i in sharded else float(v) for i, v in enumerate(_per_dim(a["scale_factor"], nd))]
+        rest["scale_factor"] = [1.0 if i in sharded else float(v)
+                                for i, v in enumerate(_per_dim(a["scale_factor"], nd))]
 
     def others(t):  # the remaining dims (identity along the sharded ones)
         return t if len(sharded) == nd else func(t, **rest)

@@ -137,7 +137,8 @@ def adaptive_pool_handler(func, types, args, kwargs):
     size = [size] * nd if isinstance(size, int) or size is None else list(size)
     if len(size) == 1:
         size = size * nd
-    extra = {"return_indices": False} if func in (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d) else {}
+    is_max = func in (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d)
+    extra = {"return_indices": False} if is_max else {}
     if not g.spatial:
         return wrap_grid(g, func(g.local, a["output_size"], **extra))
     counts, windows, segments, empty = {}, {}, [], {}
@@ -148,7 +149,8 @@ def adaptive_pool_handler(func, types, args, kwargs):
         lo_o, hi_o = _adaptive_bounds(ax.n, m)
         counts[ax.d] = ax.owned(lo_o)
         first = starts_of(counts[ax.d])
-        windows[ax.d] = [[(int(lo_o[lo]), int(hi_o[lo + c - 1])) if c else (0, 0)] for lo, c in zip(first, counts[ax.d])]
+        windows[ax.d] = [[(int(lo_o[lo]), int(hi_o[lo + c - 1])) if c else (0, 0)]
+                         for lo, c in zip(first, counts[ax.d])]
         lo, c = first[ax.coord], counts[ax.d][ax.coord]
         if not c:
             empty[ax.d] = 1

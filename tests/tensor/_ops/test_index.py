@@ -186,7 +186,8 @@ TWO_DIMS_INDEX = {
     "unbind(1)": lambda t: t.unbind(1)[2],
     "index_select channels": lambda t: t.index_select(1, torch.tensor([2, 0, 2])),
     "tensor key on the batch": lambda t: t[torch.tensor([1, 0, 1])],
-    "gather channels": lambda t: t.gather(1, torch.randint(0, 3, (2, 2, 9, 6), generator=torch.Generator().manual_seed(0))),
+    "gather channels": lambda t: t.gather(1, torch.randint(0, 3, (2, 2, 9, 6),
+                                                           generator=torch.Generator().manual_seed(0))),
 }
 
 
