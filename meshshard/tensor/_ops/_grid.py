@@ -1,28 +1,36 @@
-"""Shared machinery of the grid op families (conv, pool, pad, interpolate) on a ShardTensor
-``[N, C, *spatial]`` (or unbatched ``[C, *spatial]``) sharded along one spatial dim.
+"""Shared machinery of the grid op families (conv, conv_transpose, pool, pad, interpolate) on a
+ShardTensor ``[N, C, *spatial]`` (or unbatched ``[C, *spatial]``) sharded along one spatial dim,
+or along several spatial dims by several mesh dims (an image split in height and width on a 2-D
+mesh, ``(Shard(2), Shard(3))``).
 
-Output ownership rule: every global output row along the sharded dim has an *anchor*, a global
+Every sharded dim is an :class:`Axis`, handled on its own (the grid ops are separable along the
+sharded dims: a window or a source row along one dim does not depend on the position along the
+others). Output ownership rule along one axis: every global output row has an *anchor*, a global
 input row that is non-decreasing in the output index (for a window op the window's start, for
 ``pad`` / ``interpolate`` the source row), clamped into ``[0, N)``. The rank owning the anchor owns
-the output row. Output shards are therefore contiguous, cover the global output exactly once, and
-every rank computes every rank's output size from the input shard sizes alone (no
+the output row. Output shards are therefore contiguous, cover the global output exactly once,
+and every rank computes every rank's output size from the input shard sizes alone (no
 communication). Each rank then fetches the input rows its outputs read (its own rows plus halos,
 from as many ranks as needed when shards are thin) with
-:func:`meshshard.distributed.neighbors.fetch_ranges` and runs the torch op locally.
+:func:`meshshard.distributed.neighbors.fetch_ranges`, one sharded dim at a time inside that mesh
+dim's group (the second fetch works on the rows the first one brought, so the corner blocks come
+along), and runs the torch op locally.
 """
 from __future__ import annotations
 
-from typing import List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from meshshard.distributed.neighbors import fetch_ranges
 from meshshard.tensor.shard_tensor import ShardTensor, _FromLocal
-from meshshard.tensor.spec import shard_dim_of
+from meshshard.tensor.spec import pack_sizes, shard_dims_of, sizes_by_mesh_dim
 from meshshard.tensor._ops._common import WAY_OUT, is_replicated, local_of, op_name, reference
 
-__all__ = ["GridInput", "grid_input", "bind", "tuple_of", "owned_outputs", "fetch", "keep_connected", "empty_output",
-           "param_local", "wrap_grid"]
+__all__ = ["Axis", "GridInput", "grid_input", "bind", "tuple_of", "starts_of", "fetch", "keep_connected",
+           "empty_output", "param_local", "wrap_grid"]
+
+Windows = Sequence[Sequence[Tuple[int, int]]]
 
 
 def bind(names: Sequence[str], defaults: dict, args, kwargs) -> dict:
@@ -45,6 +53,48 @@ def tuple_of(v, n: int, what: str) -> Tuple[int, ...]:
     return v
 
 
+def starts_of(counts: Sequence[int]) -> List[int]:
+    """Exclusive prefix sums: the first global output row of every rank."""
+    return [sum(counts[:r]) for r in range(len(counts))]
+
+
+class Axis:
+    """One sharded tensor dim of a grid input.
+
+    Attributes: ``m`` (mesh dim), ``d`` (tensor dim), ``j`` (index among the spatial dims the op
+    works on, ``None`` for a dim before them: the batch dim), ``sizes`` (every rank's rows along
+    ``d``), ``n`` (global length), ``coord`` (this rank's index in the mesh dim), ``group``.
+    """
+
+    def __init__(self, func, mesh, m: int, d: int, j: Optional[int], sizes: Sequence[int]):
+        self.func, self.m, self.d, self.j = func, m, d, j
+        self.sizes = [int(v) for v in sizes]
+        self.n = sum(self.sizes)
+        self.coord = mesh.get_local_rank(m)
+        self.group = mesh.get_group(m)
+
+    def offset(self, r: Optional[int] = None) -> int:
+        """Global start of rank ``r``'s rows (this rank's by default)."""
+        return sum(self.sizes[: self.coord if r is None else r])
+
+    def owned(self, anchors: torch.Tensor) -> List[int]:
+        """Output rows of every rank along this dim.
+
+        Args:
+            anchors: ``[n_out]`` int64 global input row of every output row, non-decreasing
+                (clamped here into ``[0, N)``).
+
+        Returns:
+            ``W`` counts: rank ``r`` owns the outputs whose anchor lies in its rows.
+        """
+        if self.n == 0:
+            raise ValueError(f"ShardTensor: {op_name(self.func)} of a tensor with 0 rows along the sharded dim "
+                             f"{self.d}")
+        ends = torch.tensor(self.sizes, dtype=torch.long).cumsum(0)
+        owner = torch.searchsorted(ends, anchors.clamp(0, self.n - 1), right=True)
+        return torch.bincount(owner, minlength=len(self.sizes)).tolist()
+
+
 class GridInput:
     """A ShardTensor grid input, unpacked.
 
@@ -54,9 +104,9 @@ class GridInput:
         nd: number of spatial dims the op works on (the last ``nd`` dims); ``x.dim()`` for an op
             that treats every dim alike (``pad``).
 
-    Attributes: ``x``, ``ref``, ``nd``, ``sd`` (``(mesh_dim, tensor_dim)`` or ``None``),
-    ``j`` (index of the sharded dim among the spatial dims, ``None`` when a batch dim or nothing
-    is sharded), ``sizes`` (shard sizes), ``n`` (global length), ``coord``, ``group``, ``local``.
+    Attributes: ``x``, ``ref``, ``nd``, ``first`` (first spatial tensor dim), ``axes`` (every
+    sharded dim as an :class:`Axis`, in mesh-dim order), ``spatial`` (the axes along spatial
+    dims), ``local`` (this rank's tensor).
     """
 
     def __init__(self, func, x, nd: int):
@@ -65,33 +115,27 @@ class GridInput:
                                       "input may be a ShardTensor); use .to_local()")
         self.func, self.x, self.nd = func, x, nd
         self.ref = reference(func, [x])
-        self.sd = shard_dim_of(x.placements)
         if x.dim() not in (nd, nd + 1, nd + 2):
             raise ValueError(f"ShardTensor: {op_name(func)} expects a {nd + 1}-d or {nd + 2}-d input, got shape "
                              f"{tuple(x.shape)}")
-        first_spatial = x.dim() - nd
-        self.j = None
-        if self.sd is not None:
-            d = self.sd[1]
-            if d >= first_spatial:
-                self.j = d - first_spatial
-            elif x.dim() == nd + 2 and d == 1:
+        self.first = x.dim() - nd
+        per_dim = sizes_by_mesh_dim(x.placements, x._shard_sizes)
+        self.axes: List[Axis] = []
+        for m, d in shard_dims_of(x.placements):
+            if d < self.first and x.dim() == nd + 2 and d == 1:
                 raise NotImplementedError(f"ShardTensor: {op_name(func)} on a tensor sharded along its channel dim; "
                                           f"shard a spatial (or the batch) dim instead; {WAY_OUT}")
-            self.sizes = list(x._shard_sizes)
-            self.n = int(x.shape[d])
-            self.coord = x.device_mesh.get_local_rank(self.sd[0])
-            self.group = x.device_mesh.get_group(self.sd[0])
+            j = d - self.first if d >= self.first else None
+            self.axes.append(Axis(func, x.device_mesh, m, d, j, per_dim[m]))
+        self.spatial = [ax for ax in self.axes if ax.j is not None]
         self.local = x.to_local()
 
-    @property
-    def dim(self) -> int:
-        """The sharded tensor dim."""
-        return self.sd[1]
-
-    def offset(self, r: int) -> int:
-        """Global start of rank ``r``'s rows."""
-        return sum(self.sizes[:r])
+    def axis(self, d: int) -> Optional[Axis]:
+        """The axis of tensor dim ``d``, or ``None`` when ``d`` is not sharded."""
+        for ax in self.axes:
+            if ax.d == d:
+                return ax
+        return None
 
 
 def grid_input(func, x, nd: int) -> GridInput:
@@ -108,37 +152,26 @@ def grid_input(func, x, nd: int) -> GridInput:
     return GridInput(func, x, nd)
 
 
-def owned_outputs(g: GridInput, anchors: torch.Tensor) -> List[int]:
-    """Output rows of every rank along the sharded dim.
+def fetch(g: GridInput, windows: Dict[int, Windows]) -> torch.Tensor:
+    """The rows every rank needs, fetched along each sharded dim in turn (mesh-dim order, inside that
+    mesh dim's group; each fetch works on what the previous ones brought, so corner blocks come too).
 
     Args:
         g: the grid input.
-        anchors: ``[n_out]`` int64 global input row of every output row, non-decreasing
-            (clamped here into ``[0, N)``).
+        windows: ``{tensor dim: per rank, its global (start, stop) ranges}`` (every rank passes every
+            rank's ranges; clipped to ``[0, N)`` here). Sharded dims without an entry keep their rows.
 
     Returns:
-        ``W`` counts: rank ``r`` owns the outputs whose anchor lies in its rows.
+        The local tensor with the fetched rows along each listed dim, in range order.
     """
-    if g.n == 0:
-        raise ValueError(f"ShardTensor: {op_name(g.func)} of a tensor with 0 rows along the sharded dim {g.dim}")
-    ends = torch.tensor(g.sizes, dtype=torch.long).cumsum(0)
-    owner = torch.searchsorted(ends, anchors.clamp(0, g.n - 1), right=True)
-    return torch.bincount(owner, minlength=len(g.sizes)).tolist()
-
-
-def fetch(g: GridInput, windows: Sequence[Sequence[Tuple[int, int]]]) -> torch.Tensor:
-    """Rows ``windows[coord]`` of the global input (every rank passes every rank's windows).
-
-    Args:
-        g: the grid input.
-        windows: per rank, its global ``(start, stop)`` ranges (clipped to ``[0, N)`` here).
-
-    Returns:
-        The local tensor with the fetched rows along the sharded dim, in range order.
-    """
-    clipped = [[(min(max(a, 0), g.n), min(max(b, 0), g.n)) for a, b in w] for w in windows]
-    clipped = [[(a, max(a, b)) for a, b in w] for w in clipped]
-    return fetch_ranges(g.local, g.sizes, clipped, dim=g.dim, group=g.group)
+    local = g.local
+    for ax in g.axes:
+        if ax.d not in windows:
+            continue
+        clipped = [[(min(max(a, 0), ax.n), min(max(b, 0), ax.n)) for a, b in w] for w in windows[ax.d]]
+        clipped = [[(a, max(a, b)) for a, b in w] for w in clipped]
+        local = fetch_ranges(local, ax.sizes, clipped, dim=ax.d, group=ax.group)
+    return local
 
 
 def keep_connected(out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
@@ -151,29 +184,33 @@ def keep_connected(out: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def empty_output(g: GridInput, call, win: torch.Tensor, rows: int, *params) -> torch.Tensor:
-    """The local output of a rank that owns no output row: ``call`` on ``rows`` zero rows (to learn
-    the other dims' sizes), cut to 0 rows, linked to the fetched rows and the weights.
+def empty_output(call, win: torch.Tensor, rows: Dict[int, int], *params) -> torch.Tensor:
+    """The local output of a rank that owns no output row along some sharded dims: ``call`` on zero
+    input with ``rows[d]`` rows along each such dim ``d`` (to learn the other dims' sizes), cut to 0
+    rows along them, linked to the fetched rows and the weights.
 
     Args:
-        g: the grid input.
         call: the local op, ``call(tensor) -> tensor``.
-        win: the fetched (here: empty) rows.
-        rows: rows along the sharded dim that give ``call`` a non-empty output.
+        win: the fetched rows (empty along the dims of ``rows``).
+        rows: ``{tensor dim: rows that give call a non-empty output along it}``.
         params: weights to link (zero gradients).
 
     Returns:
         The empty local output.
     """
     shape = list(win.shape)
-    shape[g.dim] = rows
+    for d, r in rows.items():
+        shape[d] = r
     with torch.no_grad():
         probe = call(win.new_zeros(shape))
-    return keep_connected(probe.narrow(g.dim, 0, 0), win, *params)
+    for d in rows:
+        probe = probe.narrow(d, 0, 0)
+    return keep_connected(probe, win, *params)
 
 
 def param_local(func, p, g: GridInput):
-    """A weight / bias argument as a plain local tensor (replicated ShardTensors allowed)."""
+    """A weight / bias argument as a plain local tensor; a replicated ShardTensor weight gets its
+    gradient summed over the ranks (``local_of`` declares it Partial on every sharding mesh dim)."""
     if isinstance(p, ShardTensor):
         if not is_replicated(p):
             raise NotImplementedError(f"ShardTensor: {op_name(func)} with a sharded weight; weights must be "
@@ -182,12 +219,25 @@ def param_local(func, p, g: GridInput):
     return p
 
 
-def wrap_grid(g: GridInput, out: torch.Tensor, out_sizes) -> ShardTensor:
-    """Wrap a local grid result; ``out_sizes``: every rank's output rows along the sharded dim
-    (``None``: unchanged layout, for a sharded batch dim or a replicated input)."""
-    mesh, placements = g.x.device_mesh, tuple(g.x.placements)
-    sizes = g.x._shard_sizes if out_sizes is None else tuple(int(s) for s in out_sizes)
-    if g.sd is not None and out.shape[g.dim] != sizes[g.coord]:
-        raise RuntimeError(f"ShardTensor: {op_name(g.func)}: local output has {out.shape[g.dim]} rows, expected {sizes[g.coord]}")
-    return _FromLocal.apply(out, mesh, placements, sizes)
+def wrap_grid(g: GridInput, out: torch.Tensor, counts: Optional[Dict[int, Sequence[int]]] = None) -> ShardTensor:
+    """Wrap a local grid result.
 
+    Args:
+        g: the grid input.
+        out: this rank's local result.
+        counts: ``{tensor dim: every rank's output rows along it}``; sharded dims without an entry
+            (a sharded batch dim, a dim the op leaves alone) keep their shard sizes.
+
+    Returns:
+        The result ShardTensor, with the input's mesh and placements.
+    """
+    counts = counts or {}
+    placements = tuple(g.x.placements)
+    per_dim = list(sizes_by_mesh_dim(placements, g.x._shard_sizes))
+    for ax in g.axes:
+        sizes = [int(v) for v in counts.get(ax.d, ax.sizes)]
+        if out.shape[ax.d] != sizes[ax.coord]:
+            raise RuntimeError(f"ShardTensor: {op_name(g.func)}: local output has {out.shape[ax.d]} rows along dim "
+                               f"{ax.d}, expected {sizes[ax.coord]}")
+        per_dim[ax.m] = sizes
+    return _FromLocal.apply(out, g.x.device_mesh, placements, pack_sizes(placements, per_dim))

@@ -14,6 +14,11 @@ before it appear or vanish). On the sharded dim:
   With a sharded index ShardTensor the result is laid out like the index; with a plain
   (replicated) index it is sharded along the indexed dim in the ``torch.chunk`` layout of the
   index, as PhysicsNeMo's ``index_select`` redistributes it.
+
+A tensor sharded along several dims by several mesh dims (an image split in height and width)
+takes ints and slices on every dim (each sharded dim as above, inside its mesh dim), ``split`` /
+``chunk`` / ``unbind`` as above, and ``index_select`` / ``gather`` along an unsharded dim with a
+plain index; ``index_select`` / ``gather`` along one of its sharded dims are refused by name.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ import torch
 from meshshard.distributed import Partial, Replicate, Shard, all_gather_sizes
 from meshshard.distributed.autograd import all_reduce_sum, all_to_all_v, indexed_all_to_all_v
 from meshshard.tensor.shard_tensor import ShardTensor, _FromLocal
-from meshshard.tensor.spec import chunk_sizes, shard_dim_of
+from meshshard.tensor.spec import chunk_sizes, pack_sizes, shard_dim_of, shard_dims_of, sizes_by_mesh_dim
 from meshshard.tensor._ops._common import WAY_OUT, align_plain, is_replicated, op_name, reference, register, wrap
 
 __all__ = ["getitem_handler", "select_handler", "narrow_handler", "split_handler", "unbind_handler",
@@ -87,30 +92,32 @@ def _slice_rows(sl: slice, n_global: int, sizes):
 
 
 def _index_sharded(func, x, items):
-    """``x[items]`` (ints / slices / None, one per dim plus inserted dims) of a sharded ``x``."""
-    m, d = shard_dim_of(x.placements)
-    mesh, sizes = x.device_mesh, list(x._shard_sizes)
-    coord = mesh.get_local_rank(m)
-    n_global = x.shape[d]
-    local_items, in_dim, out_dim = [], 0, 0
-    shard_out, new_sizes, picked = None, None, None
+    """``x[items]`` (ints / slices / None, one per dim plus inserted dims) of a sharded ``x``
+    (sharded along one dim or, by several mesh dims, along several)."""
+    mesh = x.device_mesh
+    by_dim = {d: m for m, d in shard_dims_of(x.placements)}
+    per_dim = sizes_by_mesh_dim(x.placements, x._shard_sizes)
+    placements, new_sizes = list(x.placements), list(per_dim)
+    local_items, in_dim, out_dim, picked = [], 0, 0, []
     for k in items:
         if k is None:
             local_items.append(None)
             out_dim += 1
             continue
-        if in_dim == d:
+        if in_dim in by_dim:
+            m = by_dim[in_dim]
+            sizes, coord, n_global = list(per_dim[m]), mesh.get_local_rank(m), x.shape[in_dim]
             if isinstance(k, slice):
-                local, new_sizes = _slice_rows(k, n_global, sizes)
+                local, new_sizes[m] = _slice_rows(k, n_global, sizes)
                 local_items.append(local[coord])
-                shard_out = out_dim
+                placements[m] = Shard(out_dim)
             else:
                 i = k + n_global if k < 0 else k
                 if not 0 <= i < n_global:
-                    raise IndexError(f"index {k} is out of bounds for dimension {d} with size {n_global}")
+                    raise IndexError(f"index {k} is out of bounds for dimension {in_dim} with size {n_global}")
                 o = _offsets(sizes)[coord]
                 local_items.append(slice(i - o, i - o + 1) if o <= i < o + sizes[coord] else slice(0, 0))
-                picked = out_dim
+                picked.append((m, out_dim))
             out_dim += 1
         else:
             if not isinstance(k, slice) and not -x.shape[in_dim] <= k < x.shape[in_dim]:
@@ -119,16 +126,19 @@ def _index_sharded(func, x, items):
             out_dim += isinstance(k, slice)
         in_dim += 1
     y = x.to_local()[tuple(local_items)]
-    if picked is not None:
-        # Only the owner holds the row; the others contribute zeros to one all-reduce.
-        if y.shape[picked] == 0:
+    for m, at in picked:
+        # Only the owner holds the row; the others of the mesh dim contribute zeros to one all-reduce.
+        if y.shape[at] == 0:
             pad = list(y.shape)
-            pad[picked] = 1
-            y = torch.cat([y, y.new_zeros(pad)], picked)
-        y = all_reduce_sum(y, group=mesh.get_group(m)).select(picked, 0)
-        return _FromLocal.apply(y, mesh, tuple(Replicate() for _ in x.placements), None)
-    placements = tuple(Shard(shard_out) if isinstance(p, Shard) else p for p in x.placements)
-    return _FromLocal.apply(y, mesh, placements, tuple(new_sizes))
+            pad[at] = 1
+            y = torch.cat([y, y.new_zeros(pad)], at)
+        y = all_reduce_sum(y, group=mesh.get_group(m))
+        placements[m], new_sizes[m] = Replicate(), None
+    for _, at in sorted(picked, key=lambda p: -p[1]):
+        y = y.select(at, 0)
+        placements = [Shard(p.dim - 1) if isinstance(p, Shard) and p.dim > at else p for p in placements]
+    placements = tuple(placements)
+    return _FromLocal.apply(y, mesh, placements, pack_sizes(placements, new_sizes))
 
 
 def getitem_handler(func, types, args, kwargs):
@@ -143,7 +153,7 @@ def getitem_handler(func, types, args, kwargs):
             and not (is_replicated(x) and not isinstance(key, ShardTensor))):
         return index_select_handler(func, types, (x, 0, key), {})
     items = _expand_key(key, x.dim())
-    if shard_dim_of(x.placements) is None:
+    if not shard_dims_of(x.placements):
         return wrap(func, x.to_local()[key], x)
     if items is None:
         raise NotImplementedError(f"ShardTensor: {op_name(func)} with a tensor, list or bool index (advanced "
@@ -186,8 +196,7 @@ def split_handler(func, types, args, kwargs):
                                                 if "split_size_or_sections" in kwargs else "split_size"]
     dim = args[2] if len(args) > 2 else kwargs.get("dim", 0)
     dim = dim % max(x.dim(), 1)
-    sd = shard_dim_of(x.placements)
-    if sd is None or sd[1] != dim:
+    if dim not in [d for _, d in shard_dims_of(x.placements)]:
         return wrap(func, func(x.to_local(), what, dim), x)
     n = x.shape[dim]
     if is_chunk:
@@ -211,12 +220,11 @@ def unbind_handler(func, types, args, kwargs):
     dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
     dim = dim % max(x.dim(), 1)
     reference(func, [x])
-    sd = shard_dim_of(x.placements)
-    if sd is not None and sd[1] == dim:
+    if dim in [d for _, d in shard_dims_of(x.placements)]:
         raise NotImplementedError(f"ShardTensor: {op_name(func)} along the sharded dim {dim} would broadcast every "
                                   f"row; use x.full_tensor().unbind({dim}), index the rows you need, or {WAY_OUT}")
-    shift = -1 if sd is not None and dim < sd[1] else 0
-    return wrap(func, func(x.to_local(), dim), x, shift)
+    placements = tuple(Shard(p.dim - 1) if isinstance(p, Shard) and p.dim > dim else p for p in x.placements)
+    return wrap(func, func(x.to_local(), dim), x, placements=placements)
 
 
 def _route(sizes, want, flat):
@@ -314,6 +322,24 @@ def _source_dim_index(func, args, kwargs):
     return x, dim % max(x.dim(), 1), index
 
 
+def _several_sharded_dims(func, x, dim, index):
+    """Whether ``index_select`` / ``gather`` of ``x`` meets several sharded dims (several mesh dims).
+
+    Returns:
+        False when at most one dim is sharded; True when several are and ``dim`` is not one of
+        them with a plain (or replicated) index, which the caller runs locally. Anything else
+        raises NotImplementedError naming the op.
+    """
+    sharded = [d for _, d in shard_dims_of(x.placements)]
+    if len(sharded) < 2:
+        return False
+    if dim in sharded or (isinstance(index, ShardTensor) and not is_replicated(index)):
+        raise NotImplementedError(f"ShardTensor: {op_name(func)} along dim {dim} of a tensor sharded along several "
+                                  f"dims {sharded} ({x.placements}), or with a sharded index, is not supported; "
+                                  f"redistribute so that one mesh dim shards it, or {WAY_OUT}")
+    return True
+
+
 def index_select_handler(func, types, args, kwargs):
     """``index_select(x, dim, index)`` with global indices.
 
@@ -322,6 +348,9 @@ def index_select_handler(func, types, args, kwargs):
     ShardTensor (1-d, sharded) the result is sharded along ``dim`` like the index; with a plain
     index it is sharded along ``dim`` in the ``torch.chunk`` layout of the index."""
     x, dim, index = _source_dim_index(func, args, kwargs)
+    if _several_sharded_dims(func, x, dim, index):
+        local_idx = index.to_local() if isinstance(index, ShardTensor) else index
+        return wrap(func, x.to_local().index_select(dim, local_idx), x)
     sd = shard_dim_of(x.placements)
     if sd is None:
         if isinstance(index, ShardTensor) and not is_replicated(index):
@@ -371,6 +400,9 @@ def gather_handler(func, types, args, kwargs):
     if kwargs.get("sparse_grad") or len(args) > 3 and args[3]:
         raise NotImplementedError(f"ShardTensor: {op_name(func)} with sparse_grad=True; {WAY_OUT}")
     x, dim, index = _source_dim_index(func, args, kwargs)
+    if _several_sharded_dims(func, x, dim, index):
+        local_idx = index.to_local() if isinstance(index, ShardTensor) else align_plain(func, index, x)
+        return wrap(func, torch.gather(x.to_local(), dim, local_idx), x)
     sd = shard_dim_of(x.placements)
     if sd is None or sd[1] != dim:
         if isinstance(index, ShardTensor):

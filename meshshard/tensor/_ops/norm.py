@@ -6,7 +6,9 @@ rank computes its (count, mean, sum of squared deviations) two-pass and one smal
 hands every rank all of them, which are combined with Chan's parallel formula (as accurate as a
 two-pass over the whole tensor, one collective). The all-gather is differentiable (its backward
 sums over ranks), so autograd gives exact gradients of input, weight and bias. Statistics over
-dims that are not sharded stay local. Gradients of plain ``weight`` / ``bias`` tensors are this
+dims that are not sharded stay local. A tensor sharded along several dims by several mesh dims
+(an image split in height and width) merges the moments over one mesh dim after the other (one
+all-gather per sharded mesh dim the statistics cover). Gradients of plain ``weight`` / ``bias`` tensors are this
 rank's partial sums (DDP convention: all-reduce them, as for ``nn.Linear``).
 """
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch.nn.functional as F
 from meshshard.distributed import all_reduce
 from meshshard.distributed.autograd import all_gather_v
 from meshshard.tensor.shard_tensor import ShardTensor
-from meshshard.tensor.spec import shard_dim_of
+from meshshard.tensor.spec import shard_dims_of
 from meshshard.tensor._ops._common import WAY_OUT, op_name, reference, register, wrap
 from meshshard.tensor._ops.rowwise import rowwise_handler
 
@@ -48,37 +50,42 @@ def _input(func, a, params):
         if isinstance(a.get(p), ShardTensor):
             raise NotImplementedError(f"ShardTensor: {op_name(func)} with a ShardTensor {p}; pass a plain tensor")
     ref = reference(func, [x])
-    return x, ref, shard_dim_of(ref.placements)
+    return x, ref, shard_dims_of(ref.placements)
 
 
 def _acc(x):
     return x if x.dtype in (torch.float32, torch.float64) else x.float()
 
 
-def _moments(xa, dims, group, world):
-    """Mean and sum of squared deviations over ``dims`` (kept), over every rank's rows when
-    ``group`` is given (Chan's merge of per-rank two-pass moments; differentiable)."""
+def _moments(xa, dims, groups):
+    """Mean and sum of squared deviations over ``dims`` (kept), over every rank's rows of the mesh
+    dims ``groups`` (``[(group, world), ...]``: Chan's merge of per-rank two-pass moments, one
+    mesh dim after the other; differentiable)."""
     n_loc = math.prod(xa.shape[d] for d in dims)
     mean = xa.sum(dims, keepdim=True) / max(n_loc, 1)
     m2 = ((xa - mean) ** 2).sum(dims, keepdim=True)
-    if group is None or world == 1:
-        return mean, m2
-    row = torch.stack([torch.full_like(mean, n_loc), mean, m2]).unsqueeze(0)
-    g = all_gather_v(row, [1] * world, dim=0, group=group)
-    n_r, mean_r, m2_r = g[:, 0], g[:, 1], g[:, 2]
-    total = n_r.sum(0)
-    mean_g = (n_r * mean_r).sum(0) / total.clamp_min(1)
-    return mean_g, (m2_r + n_r * (mean_r - mean_g) ** 2).sum(0)
+    n = torch.full_like(mean, n_loc)
+    for group, world in groups:
+        if world == 1:
+            continue
+        row = torch.stack([n, mean, m2]).unsqueeze(0)
+        g = all_gather_v(row, [1] * world, dim=0, group=group)
+        n_r, mean_r, m2_r = g[:, 0], g[:, 1], g[:, 2]
+        n = n_r.sum(0)
+        mean_g = (n_r * mean_r).sum(0) / n.clamp_min(1)
+        mean, m2 = mean_g, (m2_r + n_r * (mean_r - mean_g) ** 2).sum(0)
+    return mean, m2
 
 
-def _normalize(x, sd, local, dims, global_dims_shape, eps, sharded_local_dim):
-    """``(local - mean) / sqrt(var + eps)`` over ``dims`` of ``local`` (a view of x's local tensor);
-    returns (normalized, mean, m2, count) in the accumulation dtype."""
-    group = world = None
-    if sd is not None and sharded_local_dim in dims:
-        group, world = x.device_mesh.get_group(sd[0]), x.device_mesh.size(sd[0])
+def _normalize(x, sds, local, dims, global_dims_shape, eps, shift=0):
+    """``(local - mean) / sqrt(var + eps)`` over ``dims`` of ``local`` (a view of x's local tensor
+    in which x's dims from 2 on sit ``shift`` further); statistics over every rank of each mesh
+    dim in ``sds`` that shards one of ``dims``. Returns (normalized, mean, m2, count) in the
+    accumulation dtype."""
+    mesh = x.device_mesh
+    groups = [(mesh.get_group(m), mesh.size(m)) for m, d in sds if (d + shift if d >= 2 else d) in dims]
     xa = _acc(local)
-    mean, m2 = _moments(xa, dims, group, world)
+    mean, m2 = _moments(xa, dims, groups)
     count = math.prod(global_dims_shape[d] for d in dims)
     var = m2 / max(count, 1)
     return (xa - mean) * torch.rsqrt(var + eps), mean, m2, count
@@ -97,8 +104,8 @@ def _update_running(running, new, momentum):
         running.mul_(1 - momentum).add_(new.to(running.dtype), alpha=momentum)
 
 
-def _refuse_channels(func, sd):
-    if sd is not None and sd[1] == 1:
+def _refuse_channels(func, sds):
+    if any(d == 1 for _, d in sds):
         raise NotImplementedError(f"ShardTensor: {op_name(func)} with the channel dim 1 sharded (weights and "
                                   f"running statistics are per channel); shard the batch or a spatial dim; {WAY_OUT}")
 
@@ -109,8 +116,8 @@ def batch_norm_handler(func, types, args, kwargs):
     from the global statistics (unbiased variance, as torch) identically on every rank. Eval:
     local, with the running stats."""
     a = _bind(func, args, kwargs)
-    x, ref, sd = _input(func, a, ("running_mean", "running_var", "weight", "bias"))
-    _refuse_channels(func, sd)
+    x, ref, sds = _input(func, a, ("running_mean", "running_var", "weight", "bias"))
+    _refuse_channels(func, sds)
     rm, rv, training = a["running_mean"], a["running_var"], a["training"]
     if not training:
         out = func(x.to_local(), rm, rv, a["weight"], a["bias"], False, a["momentum"], a["eps"])
@@ -121,7 +128,7 @@ def batch_norm_handler(func, types, args, kwargs):
     if math.prod(x.shape[d] for d in dims) <= 1:
         raise ValueError(f"Expected more than 1 value per channel when training, got input size {tuple(x.shape)}")
     local = x.to_local()
-    y, mean, m2, count = _normalize(x, sd, local, dims, x.shape, a["eps"], None if sd is None else sd[1])
+    y, mean, m2, count = _normalize(x, sds, local, dims, x.shape, a["eps"])
     if rm is not None:
         _update_running(rm, mean.detach().flatten(), a["momentum"])
     if rv is not None:
@@ -135,8 +142,8 @@ def instance_norm_handler(func, types, args, kwargs):
     (statistics per sample and channel over all ranks). Running stats, when tracked, are updated
     with the batch average of the per-instance statistics, identically on every rank."""
     a = _bind(func, args, kwargs)
-    x, ref, sd = _input(func, a, ("running_mean", "running_var", "weight", "bias"))
-    _refuse_channels(func, sd)
+    x, ref, sds = _input(func, a, ("running_mean", "running_var", "weight", "bias"))
+    _refuse_channels(func, sds)
     rm, rv = a["running_mean"], a["running_var"]
     shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
     if not a["use_input_stats"]:  # written out: torch's instance_norm fails on a zero-row shard
@@ -147,13 +154,14 @@ def instance_norm_handler(func, types, args, kwargs):
     if not dims or math.prod(x.shape[d] for d in dims) <= 1:
         raise ValueError(f"Expected more than 1 spatial element when training, got input size {tuple(x.shape)}")
     local = x.to_local()
-    y, mean, m2, count = _normalize(x, sd, local, dims, x.shape, a["eps"], None if sd is None else sd[1])
+    y, mean, m2, count = _normalize(x, sds, local, dims, x.shape, a["eps"])
     if rm is not None or rv is not None:
         # torch averages the per-instance updates over the batch; the batch may be sharded
         with torch.no_grad():
             sums = torch.stack([mean.flatten(2).sum((0, 2)), (m2 / (count - 1)).flatten(2).sum((0, 2))])
-            if sd is not None and sd[1] == 0:
-                all_reduce(sums, group=x.device_mesh.get_group(sd[0]))
+            for m, d in sds:  # per-instance statistics are whole here; a sharded batch is summed
+                if d == 0:
+                    all_reduce(sums, group=x.device_mesh.get_group(m))
             sums = sums / x.shape[0]
         if rm is not None:
             _update_running(rm, sums[0], a["momentum"])
@@ -166,8 +174,8 @@ def group_norm_handler(func, types, args, kwargs):
     """``F.group_norm`` on ``[N, C, *]`` sharded on N (local) or on a spatial dim (statistics per
     sample and group over all ranks)."""
     a = _bind(func, args, kwargs)
-    x, ref, sd = _input(func, a, ("weight", "bias"))
-    _refuse_channels(func, sd)
+    x, ref, sds = _input(func, a, ("weight", "bias"))
+    _refuse_channels(func, sds)
     g = int(a["num_groups"])
     if x.dim() < 2 or x.shape[1] % g:
         raise ValueError(f"ShardTensor: {op_name(func)}: {x.shape[1] if x.dim() > 1 else None} channels are not "
@@ -177,7 +185,7 @@ def group_norm_handler(func, types, args, kwargs):
     grouped = local.reshape(local.shape[0], g, local.shape[1] // g, *local.shape[2:])
     gshape = (x.shape[0], g, x.shape[1] // g) + tuple(x.shape[2:])
     dims = list(range(2, grouped.dim()))
-    y, _, _, _ = _normalize(x, sd, grouped, dims, gshape, a["eps"], None if sd is None else sd[1] + 1)
+    y, _, _, _ = _normalize(x, sds, grouped, dims, gshape, a["eps"], shift=1)
     y = y.reshape(local.shape)
     shape = [1, x.shape[1]] + [1] * (x.dim() - 2)
     return wrap(func, _affine(y, a["weight"], a["bias"], shape).to(local.dtype), ref)
@@ -187,18 +195,20 @@ def layer_norm_handler(func, types, args, kwargs):
     """``F.layer_norm``: over feature dims only, local (row-wise); when the normalized dims include
     the sharded dim, statistics over all ranks, and each rank uses its slice of weight / bias."""
     a = _bind(func, args, kwargs)
-    x, ref, sd = _input(func, a, ("weight", "bias"))
+    x, ref, sds = _input(func, a, ("weight", "bias"))
     ns = a["normalized_shape"]
     ns = [ns] if isinstance(ns, int) else list(ns)
     dims = list(range(x.dim() - len(ns), x.dim()))
-    if sd is None or sd[1] not in dims:
+    if not any(d in dims for _, d in sds):
         return rowwise_handler(func, types, args, kwargs)
     local = x.to_local()
-    y, _, _, _ = _normalize(x, sd, local, dims, x.shape, a["eps"], sd[1])
-    k = sd[1] - dims[0]
-    start, n = x.offsets(sd[0]), local.shape[sd[1]]
-    w = None if a["weight"] is None else a["weight"].narrow(k, start, n)
-    b = None if a["bias"] is None else a["bias"].narrow(k, start, n)
+    y, _, _, _ = _normalize(x, sds, local, dims, x.shape, a["eps"])
+    w, b = a["weight"], a["bias"]
+    for m, d in sds:  # each rank's slice of weight / bias along every sharded normalized dim
+        if d in dims:
+            start, n = x.offsets(m), local.shape[d]
+            w = None if w is None else w.narrow(d - dims[0], start, n)
+            b = None if b is None else b.narrow(d - dims[0], start, n)
     return wrap(func, _affine(y, w, b, local.shape[dims[0]:]).to(local.dtype), ref)
 
 

@@ -1,16 +1,17 @@
-"""Pooling on a ShardTensor sharded along a spatial dim: ``max_pool{1,2,3}d`` (kernel, stride,
-padding, dilation, ceil_mode), ``avg_pool{1,2,3}d`` (also count_include_pad and
-divisor_override), ``adaptive_avg_pool{1,2,3}d`` and ``adaptive_max_pool{1,2,3}d``. A rank owns
-the output rows whose window starts in its rows and fetches the rows those windows read.
-With ``return_indices=True`` torch calls ``max_pool*_with_indices``, which ShardTensor does not
-support (the indices would be local): it raises NotImplementedError naming it."""
+"""Pooling on a ShardTensor sharded along a spatial dim, or along several spatial dims by several
+mesh dims (an image split in height and width): ``max_pool{1,2,3}d`` (kernel, stride, padding,
+dilation, ceil_mode), ``avg_pool{1,2,3}d`` (also count_include_pad and divisor_override),
+``adaptive_avg_pool{1,2,3}d`` and ``adaptive_max_pool{1,2,3}d``. Along every sharded dim a rank
+owns the output rows whose window starts in its rows and fetches the rows those windows read
+(see :mod:`._grid`). With ``return_indices=True`` torch calls ``max_pool*_with_indices``, which
+ShardTensor does not support (the indices would be local): it raises NotImplementedError naming it."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
 from meshshard.tensor._ops._common import op_name, register
-from meshshard.tensor._ops._grid import bind, empty_output, fetch, grid_input, owned_outputs, tuple_of, wrap_grid
+from meshshard.tensor._ops._grid import bind, empty_output, fetch, grid_input, starts_of, tuple_of, wrap_grid
 
 __all__ = ["max_pool_handler", "avg_pool_handler", "adaptive_pool_handler"]
 
@@ -30,73 +31,90 @@ def _n_out(n, k, s, p, dil, ceil_mode):
 
 
 def _windowed(func, g, k, s, p, dil, ceil_mode, pad_value, call):
-    """Shared body of max / avg pooling: owned outputs, fetched and edge-padded windows, local op.
+    """Shared body of max / avg pooling: owned outputs, fetched and edge-padded windows, local op
+    (``call`` runs with zero padding along the sharded dims, which are padded here).
 
-    Returns ``(local output, every rank's output rows, global (start, stop) of this rank's outputs)``."""
-    j = g.j
-    ext = dil[j] * (k[j] - 1)
-    n_out = _n_out(g.n, k[j], s[j], p[j], dil[j], ceil_mode)
-    if n_out < 1:
-        raise ValueError(f"{op_name(func)}: the sharded dim {g.dim} has {g.n} rows, fewer than the window")
-    counts = owned_outputs(g, torch.arange(n_out) * s[j])
-    starts = [sum(counts[:r]) for r in range(len(counts))]
-    windows = [[(lo * s[j] - p[j], (lo + c - 1) * s[j] - p[j] + ext + 1) if c else (0, 0)]
-               for lo, c in zip(starts, counts)]
+    Returns ``(local output, {dim: every rank's output rows}, {dim: global (start, stop) of this
+    rank's outputs})``."""
+    counts, windows, owned, rows = {}, {}, {}, {}
+    for ax in g.spatial:
+        j = ax.j
+        ext = dil[j] * (k[j] - 1)
+        n_out = _n_out(ax.n, k[j], s[j], p[j], dil[j], ceil_mode)
+        if n_out < 1:
+            raise ValueError(f"{op_name(func)}: the sharded dim {ax.d} has {ax.n} rows, fewer than the window")
+        counts[ax.d] = ax.owned(torch.arange(n_out) * s[j])
+        windows[ax.d] = [[(lo * s[j] - p[j], (lo + c - 1) * s[j] - p[j] + ext + 1) if c else (0, 0)]
+                         for lo, c in zip(starts_of(counts[ax.d]), counts[ax.d])]
+        lo, c = starts_of(counts[ax.d])[ax.coord], counts[ax.d][ax.coord]
+        owned[ax.d] = (lo, lo + c)
+        rows[ax.d] = ext + 1
     win = fetch(g, windows)
-    lo, c = starts[g.coord], counts[g.coord]
-    if not c:
-        return empty_output(g, call, win, ext + 1), counts, (lo, lo)
-    (a0, b0), = windows[g.coord]
-    nd = g.nd
-    pad = [0, 0] * (nd - 1 - j) + [max(0, -a0), max(0, b0 - g.n)]
-    return call(F.pad(win, pad, value=pad_value)), counts, (lo, lo + c)
+    pad = [0, 0] * win.dim()
+    for ax in g.spatial:  # the global edges' padding, explicitly (none along a dim with no outputs here)
+        (a0, b0), = windows[ax.d][ax.coord]
+        at = 2 * (win.dim() - 1 - ax.d)
+        pad[at:at + 2] = [max(0, -a0), max(0, b0 - ax.n)]
+    win = F.pad(win, pad, value=pad_value)
+    empty = {d: rows[d] for d, (lo, hi) in owned.items() if hi == lo}
+    if empty:
+        return empty_output(call, win, empty), counts, owned
+    return call(win), counts, owned
+
+
+def _stride(a, k, nd):
+    st = a["stride"]
+    if st is None or (not isinstance(st, int) and len(st) == 0):
+        return k
+    return tuple_of(st, nd, "stride")
 
 
 def max_pool_handler(func, types, args, kwargs):
-    """``F.max_pool{1,2,3}d`` with the input sharded along a spatial (or the batch) dim."""
+    """``F.max_pool{1,2,3}d`` with the input sharded along spatial dims (and / or the batch dim)."""
     nd = _MAX[func]
     a = bind(("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
              dict(stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False), args, kwargs)
     g = grid_input(func, a["input"], nd)
     k = tuple_of(a["kernel_size"], nd, "kernel_size")
-    s = k if a["stride"] is None or (not isinstance(a["stride"], int) and len(a["stride"]) == 0) \
-        else tuple_of(a["stride"], nd, "stride")
+    s = _stride(a, k, nd)
     p, dil = tuple_of(a["padding"], nd, "padding"), tuple_of(a["dilation"], nd, "dilation")
-    if g.j is None:
-        return wrap_grid(g, func(g.local, k, s, p, dil, a["ceil_mode"]), None)
-    p_local = tuple(0 if i == g.j else v for i, v in enumerate(p))
+    if not g.spatial:
+        return wrap_grid(g, func(g.local, k, s, p, dil, a["ceil_mode"]))
+    sharded = {ax.j for ax in g.spatial}
+    p_local = tuple(0 if i in sharded else v for i, v in enumerate(p))
     out, counts, _ = _windowed(func, g, k, s, p, dil, a["ceil_mode"], float("-inf"),
                                lambda t: func(t, k, s, p_local, dil, a["ceil_mode"]))
     return wrap_grid(g, out, counts)
 
 
 def avg_pool_handler(func, types, args, kwargs):
-    """``F.avg_pool{1,2,3}d`` with the input sharded along a spatial (or the batch) dim."""
+    """``F.avg_pool{1,2,3}d`` with the input sharded along spatial dims (and / or the batch dim)."""
     nd = _AVG[func]
     names = ("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override")
     a = bind(names[: 6 if nd == 1 else 7], dict(stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                                                 divisor_override=None), args, kwargs)
     g = grid_input(func, a["input"], nd)
     k = tuple_of(a["kernel_size"], nd, "kernel_size")
-    s = k if a["stride"] is None or (not isinstance(a["stride"], int) and len(a["stride"]) == 0) \
-        else tuple_of(a["stride"], nd, "stride")
+    s = _stride(a, k, nd)
     p = tuple_of(a["padding"], nd, "padding")
     extra = () if nd == 1 else (a["divisor_override"],)
-    if g.j is None:
-        return wrap_grid(g, func(g.local, k, s, p, a["ceil_mode"], a["count_include_pad"], *extra), None)
-    j = g.j
-    p_local = tuple(0 if i == j else v for i, v in enumerate(p))
-    out, counts, (lo, hi) = _windowed(func, g, k, s, p, (1,) * nd, a["ceil_mode"], 0.0,
-                                      lambda t: func(t, k, s, p_local, a["ceil_mode"], a["count_include_pad"], *extra))
-    if a["divisor_override"] is None and hi > lo:
-        # Locally every window along the sharded dim is whole (divisor k); torch divides by the
-        # window clipped to the padded input (count_include_pad) or to the input, per dim.
-        start = torch.arange(lo, hi) * s[j] - p[j]
-        end = torch.clamp(start + k[j], max=g.n + p[j])
-        if not a["count_include_pad"]:
-            start, end = start.clamp(min=0), end.clamp(max=g.n)
-        fix = (k[j] / (end - start).to(torch.float64)).to(device=out.device, dtype=out.dtype)
-        out = out * fix.reshape([-1] + [1] * (nd - 1 - j))
+    if not g.spatial:
+        return wrap_grid(g, func(g.local, k, s, p, a["ceil_mode"], a["count_include_pad"], *extra))
+    sharded = {ax.j for ax in g.spatial}
+    p_local = tuple(0 if i in sharded else v for i, v in enumerate(p))
+    out, counts, owned = _windowed(func, g, k, s, p, (1,) * nd, a["ceil_mode"], 0.0,
+                                   lambda t: func(t, k, s, p_local, a["ceil_mode"], a["count_include_pad"], *extra))
+    if a["divisor_override"] is None and out.numel():
+        # Locally every window along a sharded dim is whole (divisor k there); torch divides by the
+        # window clipped to the padded input (count_include_pad) or to the input, a product over dims.
+        for ax in g.spatial:
+            j, (lo, hi) = ax.j, owned[ax.d]
+            start = torch.arange(lo, hi) * s[j] - p[j]
+            end = torch.clamp(start + k[j], max=ax.n + p[j])
+            if not a["count_include_pad"]:
+                start, end = start.clamp(min=0), end.clamp(max=ax.n)
+            fix = (k[j] / (end - start).to(torch.float64)).to(device=out.device, dtype=out.dtype)
+            out = out * fix.reshape([-1] + [1] * (out.dim() - 1 - ax.d))
     return wrap_grid(g, out, counts)
 
 
@@ -107,7 +125,11 @@ def _adaptive_bounds(n, m):
 
 
 def adaptive_pool_handler(func, types, args, kwargs):
-    """``F.adaptive_{avg,max}_pool{1,2,3}d`` with the input sharded along a spatial (or the batch) dim."""
+    """``F.adaptive_{avg,max}_pool{1,2,3}d`` with the input sharded along spatial dims (and / or the
+    batch dim). The windows of the outputs a rank owns are fetched; along a sharded dim whose
+    owned windows all have the same length and follow each other, one local call covers them,
+    else one call per output row (windows of torch's adaptive pooling overlap or differ in
+    length there)."""
     nd = _ADAPTIVE[func]
     a = bind(("input", "output_size", "return_indices"), dict(return_indices=False), args, kwargs)
     g = grid_input(func, a["input"], nd)
@@ -115,32 +137,53 @@ def adaptive_pool_handler(func, types, args, kwargs):
     size = [size] * nd if isinstance(size, int) or size is None else list(size)
     if len(size) == 1:
         size = size * nd
-    extra = {"return_indices": False} if func in (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d) else {}
-    if g.j is None:
-        return wrap_grid(g, func(g.local, a["output_size"], **extra), None)
-    j = g.j
-    m = g.n if size[j] is None else int(size[j])
-    if m < 1:
-        raise ValueError(f"{op_name(func)}: output_size {m} along the sharded dim {g.dim}")
-    starts_o, ends_o = _adaptive_bounds(g.n, m)
-    counts = owned_outputs(g, starts_o)
-    first = [sum(counts[:r]) for r in range(len(counts))]
-    windows = [[(int(starts_o[lo]), int(ends_o[lo + c - 1])) if c else (0, 0)] for lo, c in zip(first, counts)]
+    is_max = func in (F.adaptive_max_pool1d, F.adaptive_max_pool2d, F.adaptive_max_pool3d)
+    extra = {"return_indices": False} if is_max else {}
+    if not g.spatial:
+        return wrap_grid(g, func(g.local, a["output_size"], **extra))
+    counts, windows, segments, empty = {}, {}, [], {}
+    for ax in g.spatial:
+        m = ax.n if size[ax.j] is None else int(size[ax.j])
+        if m < 1:
+            raise ValueError(f"{op_name(func)}: output_size {m} along the sharded dim {ax.d}")
+        lo_o, hi_o = _adaptive_bounds(ax.n, m)
+        counts[ax.d] = ax.owned(lo_o)
+        first = starts_of(counts[ax.d])
+        windows[ax.d] = [[(int(lo_o[lo]), int(hi_o[lo + c - 1])) if c else (0, 0)]
+                         for lo, c in zip(first, counts[ax.d])]
+        lo, c = first[ax.coord], counts[ax.d][ax.coord]
+        if not c:
+            empty[ax.d] = 1
+            continue
+        base = int(lo_o[lo])
+        starts, lengths = lo_o[lo:lo + c] - base, hi_o[lo:lo + c] - lo_o[lo:lo + c]
+        if bool((lengths == lengths[0]).all()) and bool((starts == torch.arange(c) * lengths[0]).all()):
+            segments.append((ax, [(0, int(lengths[0]) * c, c)]))  # local adaptive pooling gives these windows
+        else:
+            segments.append((ax, [(int(a0), int(n0), 1) for a0, n0 in zip(starts, lengths)]))
     win = fetch(g, windows)
-    lo, c = first[g.coord], counts[g.coord]
-    one = list(size)
-    one[j] = 1
 
-    def call(t):
-        return func(t, one, **extra)
+    def call(t, out_size):
+        return func(t, out_size, **extra)
 
-    if not c:
-        return wrap_grid(g, empty_output(g, call, win, 1), counts)
-    base = windows[g.coord][0][0]
-    # windows differ in length along the sharded dim: one local call per output row
-    out = torch.cat([call(win.narrow(g.dim, int(starts_o[o]) - base, int(ends_o[o] - starts_o[o])))
-                     for o in range(lo, lo + c)], g.dim)
-    return wrap_grid(g, out, counts)
+    if empty:
+        one = list(size)  # empty dims: 1 output on the probe's row; other sharded dims: this rank's outputs
+        for ax in g.spatial:
+            one[ax.j] = 1 if ax.d in empty else counts[ax.d][ax.coord]
+        return wrap_grid(g, empty_output(lambda t: call(t, one), win, empty), counts)
+
+    def assemble(t, todo, out_size):
+        if not todo:
+            return call(t, out_size)
+        (ax, segs), rest = todo[0], todo[1:]
+        parts = []
+        for a0, n0, c in segs:
+            sz = list(out_size)
+            sz[ax.j] = c
+            parts.append(assemble(t.narrow(ax.d, a0, n0), rest, sz))
+        return parts[0] if len(parts) == 1 else torch.cat(parts, ax.d)
+
+    return wrap_grid(g, assemble(win, segments, size), counts)
 
 
 register(max_pool_handler, tuple(_MAX))

@@ -5,7 +5,8 @@ A reshape keeps the layout only when every rank's rows stay one contiguous block
 the sharded dim may merge with the dims after it (``flatten``: shard sizes multiply) or split
 into dims whose trailing product divides every rank's block (``unflatten`` with even pieces);
 anything else (merging with a dim before it, splitting a shard unevenly) raises
-NotImplementedError saying why.
+NotImplementedError saying why. With several sharded dims (several mesh dims) each one follows
+that rule on its own and must land in a dim of its own.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from meshshard.distributed import Shard
 from meshshard.tensor.shard_tensor import ShardTensor, _FromLocal
-from meshshard.tensor.spec import shard_dim_of
+from meshshard.tensor.spec import pack_sizes, shard_dim_of, shard_dims_of, sizes_by_mesh_dim
 from meshshard.tensor._ops._common import WAY_OUT, op_name, reference, register, wrap
 from meshshard.tensor._ops.permute import permute_handler
 
@@ -40,6 +41,11 @@ def resharded_view(func, shape, placements, sizes, target):
         the product ``Q`` of those after ``s`` divides every ``o_r * P`` and ``n_r * P``.
     """
     _, d = shard_dim_of(placements)
+    return _resharded_dim(func, shape, d, sizes, target)
+
+
+def _resharded_dim(func, shape, d, sizes, target):
+    """:func:`resharded_view` for the sharded dim ``d`` (the other dims taken whole)."""
     outer, inner = math.prod(shape[:d]), math.prod(shape[d + 1:])
     offsets = [sum(sizes[:r]) for r in range(len(sizes))]
     candidates = [s for s in range(len(target)) if math.prod(target[:s]) == outer]
@@ -88,15 +94,23 @@ def reshape_handler(func, types, args, kwargs):
                                       f"dim of every shard; {WAY_OUT}")
         return wrap(func, x.to_local().view(dtype), x)
     target = _target_shape(func, x, rest, kw)
-    sd = shard_dim_of(x.placements)
-    if sd is None:
+    sds = shard_dims_of(x.placements)
+    if not sds:
         return _wrap_as(x.to_local().reshape(target), x, x.placements, None)
-    s, sizes = resharded_view(func, tuple(x.shape), x.placements, list(x._shard_sizes), target)
-    coord = x.device_mesh.get_local_rank(sd[0])
-    local_shape = list(target)
-    local_shape[s] = sizes[coord]
-    placements = tuple(Shard(s) if isinstance(p, Shard) else p for p in x.placements)
-    return _wrap_as(x.to_local().reshape(local_shape), x, placements, sizes)
+    # Several sharded dims: each must go to its own output dim by the rule of resharded_view;
+    # each then starts a block of dims whose product the reshape keeps, so the blocks reshape
+    # independently and every rank's local box stays a box of the result.
+    per_dim = sizes_by_mesh_dim(x.placements, x._shard_sizes)
+    local_shape, placements, out_sizes = list(target), list(x.placements), list(per_dim)
+    for m, d in sds:
+        s, sizes = _resharded_dim(func, tuple(x.shape), d, list(per_dim[m]), target)
+        if any(isinstance(p, Shard) and p.dim == s for p in placements[:m]):
+            raise NotImplementedError(f"ShardTensor: {op_name(func)} from {tuple(x.shape)} to {tuple(target)} would "
+                                      f"merge two sharded dims ({x.placements}) into dim {s}; {WAY_OUT}")
+        local_shape[s] = sizes[x.device_mesh.get_local_rank(m)]
+        placements[m], out_sizes[m] = Shard(s), sizes
+    placements = tuple(placements)
+    return _wrap_as(x.to_local().reshape(local_shape), x, placements, pack_sizes(placements, out_sizes))
 
 
 def expand_handler(func, types, args, kwargs):
@@ -113,17 +127,17 @@ def expand_handler(func, types, args, kwargs):
     else:
         probe = torch.empty(tuple(x.shape), dtype=x.dtype, device="meta")
         target = tuple(func(probe, *rest, **kw).shape)
-    sd = shard_dim_of(x.placements)
-    if sd is None:
+    sds = shard_dims_of(x.placements)
+    if not sds:
         return _wrap_as(x.to_local().expand(target), x, x.placements, None)
     shift = len(target) - x.dim()
-    d = sd[1]
-    if target[d + shift] != x.shape[d]:
-        raise NotImplementedError(f"ShardTensor: {op_name(func)} of {tuple(x.shape)} to {target} would expand the "
-                                  f"sharded dim {d}; {WAY_OUT}")
-    coord = x.device_mesh.get_local_rank(sd[0])
+    per_dim = sizes_by_mesh_dim(x.placements, x._shard_sizes)
     local_shape = list(target)
-    local_shape[d + shift] = x._shard_sizes[coord]
+    for m, d in sds:
+        if target[d + shift] != x.shape[d]:
+            raise NotImplementedError(f"ShardTensor: {op_name(func)} of {tuple(x.shape)} to {target} would expand "
+                                      f"the sharded dim {d}; {WAY_OUT}")
+        local_shape[d + shift] = per_dim[m][x.device_mesh.get_local_rank(m)]
     placements = tuple(Shard(p.dim + shift) if isinstance(p, Shard) else p for p in x.placements)
     return _wrap_as(x.to_local().expand(local_shape), x, placements, x._shard_sizes)
 

@@ -107,3 +107,49 @@ def _rank_main(rank, world):
 @pytest.mark.parametrize("world", WORLD_SIZES)
 def test_extrema(world):
     assert run_distributed(_rank_main, world, timeout=TIMEOUT) == [True] * world
+
+
+TWO_DIMS_EXTREMA = {
+    "amax((2, 3))": lambda t: t.amax((2, 3)),
+    "amin((0, 2, 3)) keepdim": lambda t: t.amin((0, 2, 3), keepdim=True),
+    "amax(3)": lambda t: t.amax(3),
+    "amax(1)": lambda t: t.amax(1),
+    "max()": lambda t: t.max(),
+    "min()": lambda t: t.min(),
+    "argmax()": lambda t: t.argmax(),
+    "argmin()": lambda t: t.argmin(),
+    "max(2).values": lambda t: t.max(2).values,
+    "max(2).indices": lambda t: t.max(2).indices,
+    "min(3, keepdim).values": lambda t: t.min(3, keepdim=True).values,
+    "min(3, keepdim).indices": lambda t: t.min(3, keepdim=True).indices,
+    "argmax(3)": lambda t: t.argmax(3),
+    "argmin(2, keepdim)": lambda t: t.argmin(2, keepdim=True),
+    "max(1).values": lambda t: t.max(1).values,
+    "argmax(1)": lambda t: t.argmax(1),
+}
+
+
+def _two_dims_extrema(rank, world):
+    """Extrema of an image [2, 3, 9, 6] split in height and width: values, gradients and global
+    indices; with many ties (small integers) the first occurrence wins as in torch."""
+    from tests.tensor._ops._mesh2d import SPLIT_9_BY_6, check_split_in_two_dims
+
+    g = torch.Generator().manual_seed(6)
+    distinct = torch.randn(2, 3, 9, 6, generator=g, dtype=torch.float64)
+    tied = torch.randint(0, 3, (2, 3, 9, 6), generator=g)
+    done = 0
+    for shape, s0, s1 in SPLIT_9_BY_6[world]:
+        for i, (name, f) in enumerate(TWO_DIMS_EXTREMA.items()):
+            check_split_in_two_dims(name, f, distinct, (), shape, (s0, s1), seed=i)
+            check_split_in_two_dims(f"{name} with ties", f, tied, (), shape, (s0, s1))
+            done += 2
+    return done
+
+
+@pytest.mark.timeout(TIMEOUT + 30)
+@pytest.mark.parametrize("world", [1, 3, 4])
+def test_extrema_split_in_two_dims(world):
+    from tests.tensor._ops._mesh2d import SPLIT_9_BY_6
+
+    assert run_distributed(_two_dims_extrema, world, timeout=TIMEOUT) == [
+        2 * len(TWO_DIMS_EXTREMA) * len(SPLIT_9_BY_6[world])] * world

@@ -95,6 +95,8 @@ INTERP_CASES = {
     "bilinear ac size (5,7)": (2, _plain(lambda x: F.interpolate(x, size=(5, 7), mode="bilinear", align_corners=True))),
     "trilinear scale (1.5,2,0.5)": (3, _plain(lambda x: F.interpolate(x, scale_factor=(1.5, 2, 0.5), mode="trilinear"))),
     "area size 4": (2, _plain(lambda x: F.interpolate(x, size=(4, 3), mode="area"))),
+    "bicubic scale 2.5": (2, _plain(lambda x: F.interpolate(x, scale_factor=2.5, mode="bicubic"))),
+    "bicubic ac size (4,7)": (2, _plain(lambda x: F.interpolate(x, size=(4, 7), mode="bicubic", align_corners=True))),
 }
 CASES = {**CONV_CASES, **POOL_CASES, **PAD_CASES, **INTERP_CASES}
 
@@ -146,7 +148,8 @@ def _refusals(rank, sizes):
     x = torch.randn(2, 3, sizes[rank], 4, dtype=torch.float64)
     st = ShardTensor.from_local(x, default_device_mesh(), (Shard(2),), sharding_shapes=list(sizes))
     _expect(NotImplementedError, lambda: F.max_pool2d(st, 2, return_indices=True), "max_pool2d_with_indices")
-    _expect(NotImplementedError, lambda: F.interpolate(st, scale_factor=2, mode="bicubic"), "bicubic")
+    _expect(NotImplementedError, lambda: F.interpolate(st, scale_factor=2, mode="bilinear", antialias=True),
+            "antialias")
     _expect(ValueError, lambda: F.pad(st, (0, 0, 11, 0), mode="reflect"), "reflect padding", "11")
     _expect(ValueError, lambda: F.conv2d(st, torch.randn(1, 3, 12, 1, dtype=torch.float64)), "extent 12")
     by_channel = ShardTensor.from_local(torch.randn(2, sizes[rank], 5, dtype=torch.float64), default_device_mesh(),
@@ -260,3 +263,116 @@ def test_grid_ops_match_one_process(world):
     counts = run_distributed(_all_cases, world, timeout=TIMEOUT - 20)
     several = len(SEVERAL_DIMS[world]) * len(SEVERAL_DIMS_CONV)
     assert counts[0] == several + len(SIZES[world]) * (len(CASES) + (len(CASES) + 2) // 3) + (5 if world == 4 else 0)
+
+
+# Every grid family on a tensor split along two dims by the two dims of a 2-D mesh
+# ((Shard(a), Shard(b))): per world size, (mesh shape, rows per coordinate along a, along b),
+# uneven, with empty and one-row shards. Inputs: "img" [2, 3, 9, 6] split in height and width,
+# "vol" [2, 2, 9, 6, 4] split in its first two spatial dims, "seq" [9, 3, 6] split in batch and
+# length.
+TWO_DIMS = {1: [((1, 1), (9,), (6,))],
+            3: [((1, 3), (9,), (2, 0, 4)), ((3, 1), (2, 1, 6), (6,))],
+            4: [((2, 2), (3, 6), (5, 1)), ((2, 2), (4, 5), (0, 6)), ((2, 2), (1, 8), (2, 4))]}
+_INPUTS = {"img": ((2, 3, 9, 6), (2, 3)), "vol": ((2, 2, 9, 6, 4), (2, 3)), "seq": ((9, 3, 6), (0, 2))}
+
+
+def _weights(*shapes):
+    return lambda gen, dtype: [torch.randn(s, generator=gen, dtype=dtype) for s in shapes]
+
+
+def _none(gen, dtype):
+    return []
+
+
+TWO_DIMS_CASES = {
+    # name: (input, params, op, float32 too)
+    "conv_transpose2d k3 s2 p1 op1": ("img", _weights((3, 4, 3, 3), (4,)),
+                                      lambda x, w, b: F.conv_transpose2d(x, w, b, 2, 1, 1), True),
+    "conv_transpose2d k2 s3 (unreached outputs)": ("img", _weights((3, 4, 2, 2), (4,)),
+                                                   lambda x, w, b: F.conv_transpose2d(x, w, b, 3), False),
+    "conv_transpose2d k3 s(1,2) p(2,0) d2 g3": ("img", _weights((3, 2, 3, 3), (6,)),
+                                                lambda x, w, b: F.conv_transpose2d(x, w, b, (1, 2), (2, 0), 0, 3, 2),
+                                                False),
+    "conv_transpose3d k3 s2 p1": ("vol", _weights((2, 3, 3, 3, 3), (3,)),
+                                  lambda x, w, b: F.conv_transpose3d(x, w, b, 2, 1), False),
+    "conv_transpose1d batch x length k3 s2": ("seq", _weights((3, 2, 3), (2,)),
+                                              lambda x, w, b: F.conv_transpose1d(x, w, b, 2, 1, 1), False),
+    "conv1d batch x length k3 p1": ("seq", _weights((2, 3, 3), (2,)), lambda x, w, b: F.conv1d(x, w, b, 1, 1), False),
+    "conv3d k3 s2 p1": ("vol", _weights((3, 2, 3, 3, 3), (3,)), lambda x, w, b: F.conv3d(x, w, b, 2, 1), False),
+    "max_pool2d k3 s2 p1": ("img", _none, lambda x: F.max_pool2d(x, 3, 2, 1), True),
+    "max_pool2d k2 d2 ceil": ("img", _none, lambda x: F.max_pool2d(x, 2, 2, 0, dilation=2, ceil_mode=True), False),
+    "max_pool3d k2": ("vol", _none, lambda x: F.max_pool3d(x, 2), False),
+    "max_pool1d batch x length k3 s2 p1": ("seq", _none, lambda x: F.max_pool1d(x, 3, 2, 1), False),
+    "avg_pool2d k3 s2 p1 ceil no-pad-count": ("img", _none,
+                                              lambda x: F.avg_pool2d(x, 3, 2, 1, True, False), True),
+    "avg_pool2d k(3,2) p(1,1) ceil": ("img", _none, lambda x: F.avg_pool2d(x, (3, 2), 2, (1, 1), True), False),
+    "avg_pool2d k2 divisor": ("img", _none, lambda x: F.avg_pool2d(x, 2, 1, 1, divisor_override=3), False),
+    "avg_pool3d k3 s2 p1": ("vol", _none, lambda x: F.avg_pool3d(x, 3, 2, 1), False),
+    "avg_pool1d batch x length k4 s3 p2 ceil": ("seq", _none, lambda x: F.avg_pool1d(x, 4, 3, 2, True, False), False),
+    "adaptive_avg_pool2d (4,5)": ("img", _none, lambda x: F.adaptive_avg_pool2d(x, (4, 5)), True),
+    "adaptive_avg_pool2d (3,3) even windows": ("img", _none, lambda x: F.adaptive_avg_pool2d(x, 3), False),
+    "adaptive_avg_pool2d (13,None)": ("img", _none, lambda x: F.adaptive_avg_pool2d(x, (13, None)), False),
+    "adaptive_max_pool2d (7,4)": ("img", _none, lambda x: F.adaptive_max_pool2d(x, (7, 4)), False),
+    "adaptive_max_pool2d 1 (global)": ("img", _none, lambda x: F.adaptive_max_pool2d(x, 1), False),
+    "adaptive_avg_pool3d (4,2,3)": ("vol", _none, lambda x: F.adaptive_avg_pool3d(x, (4, 2, 3)), False),
+    "adaptive_max_pool1d batch x length 4": ("seq", _none, lambda x: F.adaptive_max_pool1d(x, 4), False),
+    "pad constant value": ("img", _none, lambda x: F.pad(x, (1, 2, 3, 1), value=0.5), True),
+    "pad constant crop": ("img", _none, lambda x: F.pad(x, (-2, 1, 1, -3)), False),
+    "pad reflect": ("img", _none, lambda x: F.pad(x, (3, 2, 4, 8), mode="reflect"), False),
+    "pad replicate 3d": ("vol", _none, lambda x: F.pad(x, (1, 0, 2, 7, 5, 1), mode="replicate"), False),
+    "pad circular": ("img", _none, lambda x: F.pad(x, (6, 1, 2, 9), mode="circular"), False),
+    "pad constant batch x length": ("seq", _none, lambda x: F.pad(x, (2, 1, 0, 0, 1, 3)), False),
+    "nn.Conv2d padding_mode reflect": ("img", _none, _reflect_conv, False),
+    "nearest scale 2": ("img", _none, lambda x: F.interpolate(x, scale_factor=2), True),
+    "nearest size (5,13)": ("img", _none, lambda x: F.interpolate(x, size=(5, 13)), False),
+    "nearest-exact scale (1.7,1.3)": ("img", _none,
+                                      lambda x: F.interpolate(x, scale_factor=(1.7, 1.3), mode="nearest-exact"), False),
+    "bilinear scale 2.5": ("img", _none, lambda x: F.interpolate(x, scale_factor=2.5, mode="bilinear"), True),
+    "bilinear align_corners size (5,7)": ("img", _none, lambda x: F.interpolate(x, size=(5, 7), mode="bilinear",
+                                                                                align_corners=True), False),
+    "bilinear scale 0.6 recompute": ("img", _none, lambda x: F.interpolate(x, scale_factor=0.6, mode="bilinear",
+                                                                           recompute_scale_factor=True), False),
+    "trilinear align_corners scale (1.5,2,0.5)": ("vol", _none, lambda x: F.interpolate(
+        x, scale_factor=(1.5, 2, 0.5), mode="trilinear", align_corners=True), False),
+    "linear batch x length size 11": ("seq", _none, lambda x: F.interpolate(x, size=11, mode="linear"), False),
+    "area size (4,5)": ("img", _none, lambda x: F.interpolate(x, size=(4, 5), mode="area"), False),
+    "bicubic scale (2.5,1.5)": ("img", _none, lambda x: F.interpolate(x, scale_factor=(2.5, 1.5), mode="bicubic"),
+                                True),
+    "bicubic align_corners size (4,11)": ("img", _none, lambda x: F.interpolate(x, size=(4, 11), mode="bicubic",
+                                                                                align_corners=True), False),
+}
+
+
+def _two_dims(rank, world):
+    """Every case of TWO_DIMS_CASES on every layout of TWO_DIMS[world], then the refusals."""
+    from meshshard.distributed import Shard, init_device_mesh, validation
+    from meshshard.tensor import ShardTensor
+    from tests.tensor._ops._mesh2d import check_split_in_two_dims
+
+    done = 0
+    with validation(False):  # the inputs match by construction
+        for shape, s0, s1 in TWO_DIMS[world]:
+            for i, (name, (kind, make, op, single)) in enumerate(TWO_DIMS_CASES.items()):
+                full_shape, dims = _INPUTS[kind]
+                for dtype in (torch.float64, torch.float32) if single else (torch.float64,):
+                    gen = torch.Generator().manual_seed(zlib.crc32(name.encode()))
+                    x = torch.randn(full_shape, generator=gen, dtype=dtype)
+                    check_split_in_two_dims(f"{name} {dtype}", op, x, make(gen, dtype), shape, (s0, s1), dims, seed=i)
+                    done += 1
+    mesh = init_device_mesh("cpu", TWO_DIMS[world][0][0])
+    s0, s1 = TWO_DIMS[world][0][1:]
+    local = torch.randn(2, 3, s0[mesh.get_local_rank(0)], s1[mesh.get_local_rank(1)], dtype=torch.float64)
+    st = ShardTensor.from_local(local, mesh, (Shard(2), Shard(3)), sharding_shapes={0: list(s0), 1: list(s1)})
+    _expect(NotImplementedError, lambda: F.interpolate(st, scale_factor=2, mode="bicubic", antialias=True),
+            "antialias")
+    _expect(NotImplementedError, lambda: F.max_pool2d(st, 2, return_indices=True), "max_pool2d_with_indices")
+    _expect(ValueError, lambda: F.pad(st, (0, 6, 0, 0), mode="reflect"), "reflect padding", "6")
+    return done
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("world", sorted(TWO_DIMS))
+def test_grid_ops_split_in_two_dims_match_one_process(world):
+    counts = run_distributed(_two_dims, world, timeout=TIMEOUT - 20)
+    per_layout = sum(2 if case[3] else 1 for case in TWO_DIMS_CASES.values())
+    assert counts == [per_layout * len(TWO_DIMS[world])] * world

@@ -170,3 +170,47 @@ def _index_checks(rank, world):
 @pytest.mark.parametrize("world", WORLD_SIZES)
 def test_index_family(world):
     assert run_distributed(_index_checks, world, timeout=TIMEOUT) == [True] * world
+
+
+TWO_DIMS_INDEX = {
+    "slices on both": lambda t: t[:, :, 1:8:2, 2:],
+    "int on the height": lambda t: t[:, :, 4],
+    "int on both": lambda t: t[:, 1, 7, -1],
+    "ints, slice and None": lambda t: t[0, :, None, 3, 1:5],
+    "ellipsis and int": lambda t: t[..., 5],
+    "select(3, 0)": lambda t: t.select(3, 0),
+    "narrow(2, 2, 5)": lambda t: t.narrow(2, 2, 5),
+    "split along the width": lambda t: t.split(4, dim=3)[1],
+    "chunk along the height": lambda t: t.chunk(2, dim=2)[0],
+    "split along channels": lambda t: t.split([1, 2], dim=1)[1],
+    "unbind(1)": lambda t: t.unbind(1)[2],
+    "index_select channels": lambda t: t.index_select(1, torch.tensor([2, 0, 2])),
+    "tensor key on the batch": lambda t: t[torch.tensor([1, 0, 1])],
+    "gather channels": lambda t: t.gather(1, torch.randint(0, 3, (2, 2, 9, 6),
+                                                           generator=torch.Generator().manual_seed(0))),
+}
+
+
+def _two_dims_index(rank, world):
+    """Indexing an image [2, 3, 9, 6] split in height and width: exact or refused by name."""
+    from meshshard.distributed import Shard, init_device_mesh
+    from meshshard.tensor import ShardTensor
+    from tests.tensor._ops._mesh2d import SPLIT_9_BY_6, check_split_in_two_dims
+
+    x = torch.randn(2, 3, 9, 6, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    for shape, s0, s1 in SPLIT_9_BY_6[world]:
+        for i, (name, f) in enumerate(TWO_DIMS_INDEX.items()):
+            check_split_in_two_dims(name, f, x, (), shape, (s0, s1), seed=i)
+        mesh = init_device_mesh("cpu", shape)
+        c0, c1 = mesh.get_local_rank(0), mesh.get_local_rank(1)
+        local = x[:, :, sum(s0[:c0]):sum(s0[:c0 + 1]), sum(s1[:c1]):sum(s1[:c1 + 1])].contiguous()
+        st = ShardTensor.from_local(local, mesh, (Shard(2), Shard(3)), sharding_shapes={0: s0, 1: s1})
+        _expect(NotImplementedError, lambda: st.index_select(2, torch.tensor([1, 0])), "index_select", "several")
+        _expect(NotImplementedError, lambda: st.unbind(3), "unbind", "sharded dim 3")
+    return True
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("world", [1, 3, 4])
+def test_index_family_split_in_two_dims(world):
+    assert run_distributed(_two_dims_index, world, timeout=TIMEOUT - 20) == [True] * world

@@ -109,3 +109,59 @@ def test_norms_with_global_statistics(world):
         for case0, case in zip(results[0], buffers):
             for a, b in zip(case0, case):
                 assert torch.equal(a, b)
+
+
+# Norms of a tensor split along two dims by a 2-D mesh: (mesh shape, rows along the first split
+# dim, along the second), uneven, with an empty shard.
+TWO_DIMS = {1: [((1, 1), (9,), (6,))], 3: [((1, 3), (9,), (2, 0, 4)), ((3, 1), (2, 1, 6), (6,))],
+            4: [((2, 2), (3, 6), (5, 1)), ((2, 2), (9, 0), (4, 2))]}
+
+
+def _two_dims(rank, world):
+    """Two training steps and one eval step of each module on an image split in height and width
+    (and a sequence split in batch and length): values, input and parameter gradients, running
+    statistics equal to one process."""
+    from meshshard.distributed import all_reduce, validation
+    from meshshard.tensor import ShardTensor
+    from tests.tensor._ops._mesh2d import check_split_in_two_dims
+
+    nn = torch.nn
+    cases = [(nn.BatchNorm2d(4), (2, 4, 9, 6), (2, 3)), (nn.BatchNorm2d(4, momentum=None), (2, 4, 9, 6), (2, 3)),
+             (nn.InstanceNorm2d(4, affine=True, track_running_stats=True), (2, 4, 9, 6), (2, 3)),
+             (nn.GroupNorm(2, 4), (2, 4, 9, 6), (2, 3)), (nn.LayerNorm([9, 6]), (2, 4, 9, 6), (2, 3)),
+             (nn.LayerNorm([4, 9, 6]), (2, 4, 9, 6), (2, 3)), (nn.LayerNorm(6), (9, 4, 6), (0, 2)),
+             (nn.BatchNorm1d(4), (9, 4, 6), (0, 2)),
+             (nn.InstanceNorm1d(4, affine=True, track_running_stats=True), (9, 4, 6), (0, 2)),
+             (nn.GroupNorm(2, 4), (9, 4, 6), (0, 2))]
+    done = 0
+    with validation(False):
+        for shape, s0, s1 in TWO_DIMS[world]:
+            for module, full_shape, dims in cases:
+                torch.manual_seed(1)
+                module = module.double()
+                with torch.no_grad():
+                    for p in module.parameters():
+                        p.uniform_(0.5, 1.5)
+                ref = copy.deepcopy(module)
+                what = f"{type(module).__name__} {full_shape} split {dims} on {shape} {s0}x{s1}"
+                for step in range(3):
+                    module.train(step < 2)
+                    ref.train(step < 2)
+                    x = torch.randn(full_shape, generator=torch.Generator().manual_seed(step), dtype=torch.float64) * 3
+                    check_split_in_two_dims(f"{what} step {step}",
+                                            lambda t: (module if isinstance(t, ShardTensor) else ref)(t),
+                                            x + step, (), shape, (s0, s1), dims, seed=step)
+                    for (name, p), r in zip(module.named_parameters(), ref.parameters()):
+                        _close(all_reduce(p.grad.clone()), r.grad, f"{what} step {step} {name} grad")
+                    module.zero_grad()
+                    ref.zero_grad()
+                for (name, b), r in zip(module.named_buffers(), ref.buffers()):
+                    assert torch.allclose(b.double(), r.double(), **TOL[torch.float64]), f"{what} buffer {name}"
+                done += 1
+    return done
+
+
+@pytest.mark.timeout(TIMEOUT)
+@pytest.mark.parametrize("world", sorted(TWO_DIMS))
+def test_norms_split_in_two_dims(world):
+    assert run_distributed(_two_dims, world, timeout=TIMEOUT - 20) == [10 * len(TWO_DIMS[world])] * world
