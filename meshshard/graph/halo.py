@@ -22,7 +22,7 @@ import torch
 from meshshard import distributed as msd
 from meshshard.graph.plan import ExchangePlan, plans_from_requests
 
-__all__ = ["HaloLayout", "HaloBuilder", "check_edge_index", "build_halo", "build_halos", "order_layout",
+__all__ = ["HaloLayout", "HaloBuilder", "check_edge_index", "check_hops", "build_halo", "build_halos", "order_layout",
            "build_all_parts", "iter_all_parts", "builder_and_plans", "build_halo_distributed"]
 
 
@@ -82,6 +82,23 @@ def check_edge_index(edge_index: torch.Tensor, num_nodes: int, what: str = "edge
                 f"(does the partition/sizes cover every node?)"
             )
     return edge_index
+
+
+def check_hops(halo_hops) -> int:
+    """Validate a halo depth.
+
+    Args:
+        halo_hops: ghost-node rings ``k`` per part.
+
+    Returns:
+        ``halo_hops``.
+
+    Raises:
+        ValueError: not an int ``>= 1`` (a bool is refused too).
+    """
+    if isinstance(halo_hops, bool) or not isinstance(halo_hops, int) or halo_hops < 1:
+        raise ValueError(f"halo_hops must be an int >= 1, got {halo_hops!r}")
+    return halo_hops
 
 
 def order_layout(
