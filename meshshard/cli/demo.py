@@ -92,8 +92,9 @@ def find_cfd_file(env: str | None = None, package_file: str | os.PathLike | None
 
 
 def _write_synthetic(out: Path, num_nodes: int) -> Path:
-    from meshshard.cli.predict import write_vtu
     from meshshard.datasets.synthetic import cylinder_channel_mesh
+
+    from meshshard.io import write_vtu
 
     return write_vtu(out / "cylinder_potential_flow.vtu", cylinder_channel_mesh(num_nodes))
 
@@ -103,8 +104,7 @@ def _predict_and_write(model, x, e, edge_index, stats, mesh, src: Path, path: Pa
     does; returns the relative L2 error per target column."""
     import torch
 
-    from meshshard.cli.predict import write_prediction
-    from meshshard.datasets import field_columns
+    from meshshard.io import field_columns, write_prediction
 
     model.eval()
     with torch.no_grad():

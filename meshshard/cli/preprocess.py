@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from meshshard.datasets.fields import DEFAULT_KNN
+from meshshard.io.graph import DEFAULT_KNN
 
 HELP = "turn a dataset of meshes with fields into sharded training data (one shard folder per sample)"
 

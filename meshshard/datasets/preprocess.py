@@ -35,7 +35,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 import torch
 
 from meshshard._fileutil import atomic_dir, atomic_path, created_dir, read_json_dict, remove_stale_temps, sha256_file
-from meshshard.datasets.fields import DEFAULT_KNN, check_fields
+from meshshard.io.fields import check_fields
+from meshshard.io.graph import DEFAULT_KNN
 from meshshard.datasets.stats import DatasetStats, Moments, STAT_KEYS
 
 __all__ = ["preprocess_dataset", "PreprocessResult", "DATASET_FORMAT", "DATASET_FORMAT_VERSION", "sample_dir_name",
