@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from meshshard._lazy import lazy_exports
 
 # names -> defining submodule, imported on first use: ``meshshard partition`` needs only ``fields`` and
-# would otherwise pull in the ShardTensor and DTensor stack through ``sharded`` (0.9 s of imports)
+# would otherwise pull in the ShardTensor and DTensor stack through ``sharded`` (slow imports)
 _EXPORTS = {name: f"{__name__}.{module}" for module, names in {
     # mesh_graph: a deprecated alias of meshshard.io.mesh_graph (not in __all__; it warns when read)
     "fields": ("edge_features", "field_columns", "mesh_graph", "mesh_to_data", "node_type_ids", "parse_field",

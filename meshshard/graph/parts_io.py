@@ -126,7 +126,7 @@ def save_parts(
     from meshshard.partitioners import partition_quality
 
     # the quality report reads only the edges and the assignment: it runs beside the writing (its union-find and
-    # numpy's loops release the GIL), so on two cores it costs little of the command's time
+    # numpy's loops release the GIL), so it overlaps the part files' writing instead of adding to it
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshshard-quality") as background:
         quality_job = background.submit(partition_quality, partition, ei)
         files = _write_part_files(out, ei, partition, nodes, edges, halo_hops, progress)
