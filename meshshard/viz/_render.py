@@ -29,6 +29,7 @@ CORNERS_2D = {"triangle": 3, "triangle6": 3, "quad": 4, "quad8": 4, "quad9": 4}
 
 
 def points_and_mesh(mesh_or_points) -> Tuple[np.ndarray, Optional[Mesh]]:
+    """``(points [N, 2|3], mesh)`` of a :class:`~meshshard.io.Mesh`, or of bare points (mesh ``None``; checked)."""
     if isinstance(mesh_or_points, Mesh):
         return mesh_or_points.points, mesh_or_points
     mesh = Mesh.from_points(mesh_or_points)  # validates [N, 2|3], finite
@@ -69,6 +70,7 @@ def marker_size(n_visible: int) -> float:
 
 
 def marker_size_3d(n_visible: int) -> float:
+    """Scatter marker area (pt^2) of n points in a 3D panel."""
     return float(np.clip(40000.0 / max(n_visible, 1), 0.3, 12.0))
 
 
@@ -190,12 +192,14 @@ def frame_3d(ax, points, elev, azim, zoom=0.8):
 
 
 def new_figure(figsize, dpi):
+    """A matplotlib ``Figure`` (no pyplot) with constrained layout."""
     from matplotlib.figure import Figure
 
     return Figure(figsize=figsize, dpi=dpi, layout="constrained")
 
 
 def save_figure(fig, path: Optional[PathLike], dpi) -> None:
+    """Write ``fig`` to ``path`` atomically, in the format of its suffix (png without one); nothing for ``None``."""
     if path is None:
         return
     path = os.fspath(path)
@@ -205,6 +209,7 @@ def save_figure(fig, path: Optional[PathLike], dpi) -> None:
 
 
 def check_box(zoom) -> Box:
+    """``zoom`` as a box ``(xmin, xmax, ymin, ymax)`` of floats; ValueError unless it has 4 values with min < max."""
     box = tuple(float(v) for v in zoom)
     if len(box) != 4 or box[0] >= box[1] or box[2] >= box[3]:
         raise ValueError(f"zoom must be (xmin, xmax, ymin, ymax) with min < max, got {zoom}")
