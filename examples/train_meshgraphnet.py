@@ -257,6 +257,7 @@ def train(args) -> dict:
             if rank == 0:
                 atomic_torch_save(training_checkpoint(model, ds, optimizer=opt, step=step + 1, rng=torch.get_rng_state(),
                                                       args=vars(args)), args.save)
+                bar.write(f"saved checkpoint {args.save} (step {step + 1})", file=sys.stdout)
             barrier()
     bar.close()
     if rank == 0:
@@ -274,11 +275,20 @@ def train(args) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     import meshshard as ms
+    from meshshard.cli import run_and_report
 
-    ms.init_distributed(backend="nccl" if _use_cuda(args) else "gloo")
-    result = train(args)
-    ms.destroy_distributed()
-    return 1 if result["failed"] else 0
+    def run() -> int:
+        ms.init_distributed(backend="nccl" if _use_cuda(args) else "gloo")
+        finished = False
+        try:
+            result = train(args)
+            finished = True
+        finally:
+            ms.destroy_distributed(barrier=finished)  # after a failure, peers may be gone
+        return 1 if result["failed"] else 0
+
+    # under torchrun, an error every rank raised (a dataset of 2 parts on 3 ranks) is printed once, by rank 0
+    return run_and_report(run, "train_meshgraphnet.py")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from meshshard.partitioners.partitioners import PARTITIONERS
 
 __all__ = ["METHODS", "load_mesh_and_graph", "run_partition", "format_table", "format_quality", "progress"]
 
+#: the -m choices of every command that partitions (partition, preprocess, plot, predict, demo): one list
 METHODS = tuple(PARTITIONERS)
 
 

@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Adam amplifies over many steps")
     parser.add_argument("--data", default=None, help="mesh file with velocity and pressure point fields")
     parser.add_argument("--synthetic", action="store_true", help="use the gmsh cylinder channel even if the CFD file exists")
-    parser.add_argument("--out", default="meshshard_demo", help="output folder (default ./meshshard_demo)")
+    parser.add_argument("-o", "--out", default="meshshard_demo",
+                        help="output folder (default: meshshard_demo in the current folder; nothing is written elsewhere)")
 
 
 def find_cfd_file(env: str | None = None, package_file: str | os.PathLike | None = None,
