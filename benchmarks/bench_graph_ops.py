@@ -161,7 +161,8 @@ def _mp_rank(rank, world, ei, part, cfg):
     import meshshard as ms
     from meshshard.distributed import barrier
     from meshshard.ops import ShardedConv
-    from meshshard.ops.conv import MeshGraphNetBlock, all_reduce_gradients
+    from meshshard.models import MeshGraphNetBlock
+    from meshshard.ops.conv import all_reduce_gradients
 
     torch.manual_seed(0)
     # the block this table was measured with: one hidden SiLU layer per MLP, no LayerNorm

@@ -463,7 +463,7 @@ def timed(module, attr, phase, after=None, nested=False):
 
 timed(meshshard.io, "read_mesh", "read",
       lambda m: mem.update(mesh_bytes=m.points.nbytes + sum(c.nbytes for c in m.cells.values())))
-timed(meshshard.datasets.fields, "mesh_graph", "edges")
+timed(meshshard.io, "mesh_graph", "edges")
 timed(meshshard.partitioners, "partition", "metis")
 for method in ("__init__", "ghosts", "layout"):  # save_parts builds the halos part by part as it writes
     timed(meshshard.graph.halo.HaloBuilder, method, "halo", nested=True)

@@ -86,15 +86,11 @@ def parse_args(argv=None):
 
 # --check tolerances: relative difference of the loss, and largest gradient difference relative
 # to the largest reference gradient. float32: sums over ranks round differently from one process
-# (about 1e-7 per operation, grown through the layers; on cyl_data with 2 ranks the gradients
-# differed by up to 3.6e-6 at hidden 32 / 4 layers and 2.6e-6 at the defaults); float64 leaves
-# only that rounding at 1e-16. bf16 (--amp, against the float32 reference): bfloat16 keeps 8
-# significant bits, and the gradients of the LayerNorm weights, sums over every edge of bf16
-# products, differ from float32 by up to their own size. Measured: on cyl_data (2 ranks, hidden 32,
-# 4 layers, 10 steps) loss <= 6.9e-4 and gradients <= 0.17, the same as bf16 in one process
-# (0.17); hidden 128 / 15 layers on 470-882-node meshes in one process, loss <= 6.5e-4 and
-# gradients <= 4.0e-2. So the bf16 check catches gross errors (a lost or doubled reduction moves
-# gradients by ~1), not sharding rounding: float64 shows exactness.
+# (about 1e-7 per operation, grown through the layers); float64 leaves only that rounding at 1e-16.
+# bf16 (--amp, against the float32 reference): bfloat16 keeps 8 significant bits, and the gradients
+# of the LayerNorm weights, sums over every edge of bf16 products, differ from float32 by up to their
+# own size, in one process as much as sharded. So the bf16 check catches gross errors (a lost or
+# doubled reduction moves gradients by ~1), not sharding rounding: float64 shows exactness.
 TOLERANCE = {"float32": {"loss": 1e-5, "grad": 1e-4}, "float64": {"loss": 1e-10, "grad": 1e-10},
              "bf16": {"loss": 5e-3, "grad": 0.5}}
 
@@ -261,6 +257,7 @@ def train(args) -> dict:
             if rank == 0:
                 atomic_torch_save(training_checkpoint(model, ds, optimizer=opt, step=step + 1, rng=torch.get_rng_state(),
                                                       args=vars(args)), args.save)
+                bar.write(f"saved checkpoint {args.save} (step {step + 1})", file=sys.stdout)
             barrier()
     bar.close()
     if rank == 0:
@@ -278,11 +275,20 @@ def train(args) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     import meshshard as ms
+    from meshshard.cli import run_and_report
 
-    ms.init_distributed(backend="nccl" if _use_cuda(args) else "gloo")
-    result = train(args)
-    ms.destroy_distributed()
-    return 1 if result["failed"] else 0
+    def run() -> int:
+        ms.init_distributed(backend="nccl" if _use_cuda(args) else "gloo")
+        finished = False
+        try:
+            result = train(args)
+            finished = True
+        finally:
+            ms.destroy_distributed(barrier=finished)  # after a failure, peers may be gone
+        return 1 if result["failed"] else 0
+
+    # under torchrun, an error every rank raised (a dataset of 2 parts on 3 ranks) is printed once, by rank 0
+    return run_and_report(run, "train_meshgraphnet.py")
 
 
 if __name__ == "__main__":

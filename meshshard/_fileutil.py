@@ -235,9 +235,8 @@ def read_json_dict(path: PathLike) -> Optional[dict]:
 
 
 #: release_free_heap trims only when the heap holds at least this much free memory: a few MiB are not worth it,
-#: the next computation faults the trimmed pages back in (measured at ~10k nodes: a refinement right after METIS
-#: took ~1 ms, ~15%, longer, and METIS's own next call 7.9 ms instead of 6.3 ms). METIS on a ~10k-node mesh leaves
-#: ~4 MiB free, on a ~120k-node tet mesh ~13 MiB, on a 254k-node hex lattice ~95 MiB
+#: since the next computation faults the trimmed pages back in and so runs slower; small meshes leave less than
+#: this free after METIS, large ones much more
 _TRIM_MIN_FREE_BYTES = 16 << 20
 
 
@@ -251,8 +250,8 @@ def release_free_heap(min_free_bytes: int = _TRIM_MIN_FREE_BYTES) -> bool:
     least ``min_free_bytes`` of it are free (glibc's ``mallinfo2``, main heap; without it, always).
 
     Called after steps that free many arrays of a few MiB (METIS's work arrays, meshio's read):
-    glibc keeps freed blocks below its mmap threshold (up to 32 MiB) in the heap, so without it
-    the process stays that much larger for the rest of the run (132 MiB after METIS on a 2M-node mesh).
+    glibc keeps freed blocks below its mmap threshold in the heap, so without it the process stays
+    that much larger for the rest of the run.
 
     Returns:
         Whether it trimmed.

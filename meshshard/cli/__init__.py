@@ -11,10 +11,13 @@ import argparse
 import contextlib
 import importlib
 import logging
+import os
 import sys
 from typing import Iterator, List, Optional
 
-__all__ = ["main", "build_parser", "common_parser", "COMMANDS", "DOCS_EPILOG"]
+from meshshard.cli._report import BAD_INPUT, report_failure, run_and_report
+
+__all__ = ["main", "build_parser", "common_parser", "COMMANDS", "DOCS_EPILOG", "report_failure", "run_and_report"]
 
 COMMANDS = {
     "partition": "split a mesh or point cloud into shards and write them (format: docs/format.md)",
@@ -78,6 +81,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     Returns:
         the exit status: 0 on success, 1 for a damaged shard folder (``info``), 2 for bad input
         (the message, starting ``meshshard COMMAND: error:``, goes to stderr), 130 when interrupted.
+        Under torchrun an error raised alike on every rank is printed once, by rank 0, and every
+        rank returns the same status (:mod:`meshshard.cli._report`).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -95,12 +100,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         with logs_above_progress_bars():
             return int(module.run(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
-        print(f"meshshard {name}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"meshshard {name}: interrupted", file=sys.stderr)
-        return 130
+    except (*BAD_INPUT, KeyboardInterrupt) as exc:
+        return report_failure(exc, f"meshshard {name}")
+    except Exception as exc:  # noqa: BLE001 - under torchrun, one report instead of a traceback per rank
+        if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+            return report_failure(exc, f"meshshard {name}")
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,7 @@ from meshshard.partitioners.partitioners import PARTITIONERS
 
 __all__ = ["METHODS", "load_mesh_and_graph", "run_partition", "format_table", "format_quality", "progress"]
 
+#: the -m choices of every command that partitions (partition, preprocess, plot, predict, demo): one list
 METHODS = tuple(PARTITIONERS)
 
 
@@ -43,8 +44,7 @@ def load_mesh_and_graph(path, knn: int, bar=None):
     Returns:
         (mesh, edge_index [2, E], graph_info dict for meta.json)
     """
-    from meshshard.datasets.fields import mesh_graph
-    from meshshard.io import read_mesh
+    from meshshard.io import mesh_graph, mesh_graph_info, read_mesh
 
     if bar is not None:
         bar.set_postfix_str(f"reading {Path(path).name}")
@@ -53,8 +53,7 @@ def load_mesh_and_graph(path, knn: int, bar=None):
         bar.update()
         bar.set_postfix_str("building graph")
     edge_index = mesh_graph(mesh, knn)  # element edges, or the directed kNN graph of a point cloud
-    info = {"graph": "knn", "knn_k": knn} if mesh.is_point_cloud else \
-        {"graph": "mesh_edges", "cell_types": sorted(mesh.cells)}
+    info = mesh_graph_info(mesh, knn)
     if bar is not None:
         bar.update()
     return mesh, edge_index, info

@@ -26,7 +26,7 @@ __all__ = ["HELP", "add_arguments", "run", "find_cfd_file", "DATA_FILE", "PRESET
 DATA_FILE = "cylinder_crossflow_re35.vtu"
 FEATURES = ["velocity[0,1]"]
 TARGETS = ["pressure"]
-PRESETS = {  # chosen to finish in well under 2 minutes on 2 CPU cores
+PRESETS = {  # small enough for a laptop's CPU: the demo shows agreement, not accuracy
     "full": dict(hidden=32, layers=4, steps=20),
     "quick": dict(hidden=16, layers=2, steps=5),
 }
@@ -52,7 +52,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Adam amplifies over many steps")
     parser.add_argument("--data", default=None, help="mesh file with velocity and pressure point fields")
     parser.add_argument("--synthetic", action="store_true", help="use the gmsh cylinder channel even if the CFD file exists")
-    parser.add_argument("--out", default="meshshard_demo", help="output folder (default ./meshshard_demo)")
+    parser.add_argument("-o", "--out", default="meshshard_demo",
+                        help="output folder (default: meshshard_demo in the current folder; nothing is written elsewhere)")
 
 
 def find_cfd_file(env: str | None = None, package_file: str | os.PathLike | None = None,
@@ -92,8 +93,9 @@ def find_cfd_file(env: str | None = None, package_file: str | os.PathLike | None
 
 
 def _write_synthetic(out: Path, num_nodes: int) -> Path:
-    from meshshard.cli.predict import write_vtu
     from meshshard.datasets.synthetic import cylinder_channel_mesh
+
+    from meshshard.io import write_vtu
 
     return write_vtu(out / "cylinder_potential_flow.vtu", cylinder_channel_mesh(num_nodes))
 
@@ -103,8 +105,7 @@ def _predict_and_write(model, x, e, edge_index, stats, mesh, src: Path, path: Pa
     does; returns the relative L2 error per target column."""
     import torch
 
-    from meshshard.cli.predict import write_prediction
-    from meshshard.datasets import field_columns
+    from meshshard.io import field_columns, write_prediction
 
     model.eval()
     with torch.no_grad():

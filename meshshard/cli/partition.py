@@ -14,7 +14,7 @@ import torch
 from meshshard._fileutil import atomic_dir, read_json_dict, release_free_heap
 from meshshard.cli._mesh_cmd import (METHODS, format_quality, format_table, load_mesh_and_graph, progress,
                                      run_partition)
-from meshshard.datasets.fields import DEFAULT_KNN
+from meshshard.io.graph import DEFAULT_KNN
 from meshshard.datasets.preprocess import DATASET_FORMAT
 from meshshard.io import is_reader_field
 

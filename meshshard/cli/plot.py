@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from meshshard.cli._mesh_cmd import METHODS, load_mesh_and_graph, progress, run_partition
-from meshshard.datasets.fields import DEFAULT_KNN
+from meshshard.io.graph import DEFAULT_KNN
 
 HELP = "draw a partition (cells coloured by part, ghost nodes marked, part sizes) or a point field (--field, --compare)"
 

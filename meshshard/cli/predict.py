@@ -4,7 +4,7 @@ Each input sample becomes ``OUT/<sample>.vtu``: the input mesh (every cell and p
 with the model's prediction added as point data ``<target>_pred``, de-normalised with the
 checkpoint's statistics, and, when the input holds the target fields, ``<target>_error``
 (prediction minus truth) and a metrics line per target column (MSE, relative L2, max abs error).
-:func:`write_prediction` writes it (``meshshard demo`` writes its prediction with it too).
+:func:`meshshard.io.write_prediction` writes it (``meshshard demo`` writes its prediction with it too).
 
 Everything the model needs comes from the checkpoint (:func:`meshshard.models.load_checkpoint`):
 model class and configuration, statistics, feature and target fields, node types, knn, dtype.
@@ -19,26 +19,37 @@ Sharded and single-process outputs are equal (float64 to 1e-10).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
 HELP = ("apply a trained model (a checkpoint of examples/train_meshgraphnet.py) to mesh files or a preprocessed "
         "dataset; write OUT/<sample>.vtu with <target>_pred (and <target>_error when the targets exist)")
 
-__all__ = ["HELP", "add_arguments", "run", "predict", "write_prediction", "write_vtu", "AMP_BF16_TOLERANCE"]
+__all__ = ["HELP", "add_arguments", "run", "predict", "AMP_BF16_TOLERANCE"]
+
+
+def __getattr__(name: str):
+    if name in ("write_vtu", "write_prediction"):  # moved to meshshard.io (layer 1), where meshes are written
+        import warnings
+
+        from meshshard.io import write
+
+        warnings.warn(f"meshshard.cli.predict.{name} moved to meshshard.io.{name}; import it from there",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(write, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Largest difference of ``--amp bf16`` predictions to float32 ones, in units of the target's standard
 #: deviation (what the model outputs before de-normalising); tests/cli/test_predict.py checks it. bfloat16
-#: keeps 8 significant bits (relative rounding 2**-9 = 2e-3 per operation); on the cylinder mesh the
-#: largest difference measured was 4.1e-3 (hidden 8, 2 layers), 1.4e-2 (hidden 32, 4 layers, trained
-#: 20 steps) and 2.0e-2 (hidden 128, 15 layers) standard deviations (README, "Predicting").
+#: keeps 8 significant bits (relative rounding 2**-9 per operation), and the rounding of every layer adds up,
+#: so deeper and wider models differ more; the bound leaves room above the differences of the models in the
+#: README's "Predicting" section.
 AMP_BF16_TOLERANCE = 5e-2
 
 
@@ -97,32 +108,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _target_keys(targets: Sequence[str], columns: Sequence[str]) -> List[tuple]:
-    """``(output name, first column, number of columns)`` per target spec, from the column names
-    :func:`meshshard.datasets.field_columns` gave them at training (``name`` or ``name_<i>``)."""
-    from meshshard.datasets.fields import parse_field
-
-    out, i = [], 0
-    for spec in targets:
-        name, comps = parse_field(spec)
-        if comps is not None:
-            width = len(comps)
-        elif i < len(columns) and columns[i] == name:
-            width = 1
-        else:
-            width = 0
-            while i + width < len(columns) and columns[i + width] == f"{name}_{width}":
-                width += 1
-        out.append((name, i, width))
-        i += width
-    if i != len(columns) or any(w == 0 for _, _, w in out):
-        raise ValueError(f"the checkpoint's target columns {list(columns)} do not match its targets {list(targets)}")
-    names = [n for n, _, _ in out]
-    if len(set(names)) < len(names):  # two specs of one field: name the outputs by column
-        return [(columns[c], c, 1) for c in range(len(columns))]
-    return out
-
-
 def _samples(inputs, world: int) -> List[dict]:
     """Every sample to predict, in order: a mesh file, or a part-by-part read of a dataset."""
     from meshshard.datasets import is_dataset_dir, list_mesh_files, read_dataset_meta
@@ -153,7 +138,7 @@ def _samples(inputs, world: int) -> List[dict]:
 
 def _check_features(samples: List[dict], info) -> None:
     """Every mesh input has the feature fields (checked before any work, naming file and field)."""
-    from meshshard.datasets.fields import check_fields
+    from meshshard.io.fields import check_fields
 
     check_fields([s["source"] for s in samples if "dataset" not in s], info.features, [])
 
@@ -213,115 +198,10 @@ class _Datasets:
         return s.graph, x_in, e_in, unknown
 
 
-def _output_mesh(mesh, source: Optional[Path]):
-    """``mesh`` as a meshio mesh for the VTU: the file ``source`` as meshio reads it (every cell block
-    and cell field), or ``mesh``'s own cells where there is no such file; 3D points; a point cloud
-    gets vertex cells (meshio cannot read back a .vtu without cells)."""
-    import meshio
-    import numpy as np
-
-    if source is None or source.suffix.lower() in (".npz", ".npy"):
-        n = mesh.num_nodes
-        cells = list(mesh.cells.items()) or [("vertex", np.arange(n).reshape(n, 1))]
-        out = meshio.Mesh(np.asarray(mesh.points), cells,
-                          point_data={k: np.asarray(v) for k, v in mesh.point_data.items()})
-    else:
-        # read_mesh has read this file already and passed meshio's notes on; they are not repeated
-        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            out = meshio.read(source)
-        out.cell_sets = {}  # VTU has no cell sets (SU2 markers); meshio would refuse some of them
-    if out.points.shape[1] == 2:
-        out.points = np.concatenate([out.points, np.zeros((len(out.points), 1))], axis=1)
-    return out
-
-
-def write_vtu(path, mesh, point_data: Optional[Mapping] = None, *, source=None) -> Path:
-    """Write ``mesh`` with its point fields and ``point_data`` as a .vtu file, atomically.
-
-    An interruption leaves no partial file under ``path`` (:func:`meshshard._fileutil.atomic_path`).
-    2D points get a zero z; a point cloud gets one vertex cell per point.
-
-    Args:
-        path: the file to write (replaced if it exists).
-        mesh: a :class:`meshshard.io.Mesh` with ``N`` nodes.
-        point_data: more point fields, name -> array ``[N]`` or ``[N, C]``, written after the mesh's own.
-        source: the file ``mesh`` was read from: its cells and cell fields are written as meshio reads
-            them (boundary cells included); default: ``mesh``'s volume cells.
-
-    Returns:
-        ``path``.
-    """
-    import meshio
-
-    from meshshard._fileutil import atomic_path
-
-    path = Path(path)
-    out = _output_mesh(mesh, None if source is None else Path(source))
-    for name, values in (point_data or {}).items():
-        if len(values) != len(out.points):
-            raise ValueError(f"point field {name!r} has {len(values)} rows, the mesh {len(out.points)} points")
-        out.point_data[name] = values
-    with atomic_path(path) as tmp:
-        meshio.write(tmp, out, file_format="vtu")
-    return path
-
-
-def write_prediction(path, mesh, pred: torch.Tensor, targets: Sequence[str], target_columns: Sequence[str], *,
-                     source=None) -> Optional[Dict[str, Dict[str, float]]]:
-    """Write ``mesh`` with a model's prediction as a .vtu file (atomically; what ``meshshard predict``
-    and ``meshshard demo`` write).
-
-    Each target gets the point field ``<target>_pred`` and, when ``mesh`` holds the target fields,
-    ``<target>_error`` (prediction minus truth), named by
-    :func:`meshshard.viz.prediction_field_names`. ``<target>`` is the target's field name (its
-    selected components are the field's columns), or the column name (``velocity_0``) where two
-    targets select from one field.
-
-    Args:
-        path: the file to write (replaced if it exists).
-        mesh: a :class:`meshshard.io.Mesh` with ``N`` nodes; its target fields are the truth.
-        pred: de-normalised prediction ``[N, C]``, one column per name in ``target_columns``.
-        targets: the target field specs the model was trained on (``["pressure", "velocity[0,1]"]``).
-        target_columns: their ``C`` column names, as :func:`meshshard.datasets.field_columns` gives them.
-        source: the file ``mesh`` was read from (see :func:`write_vtu`).
-
-    Returns:
-        per target column ``{"mse", "rel_l2", "max_abs"}`` (``rel_l2`` NaN where the column's truth
-        is all zero), or ``None`` when ``mesh`` lacks a target field.
-    """
-    from meshshard.datasets.fields import POSITION_FIELD, parse_field, select_fields
-    from meshshard.tensor import max_abs_error, relative_l2_error
-    from meshshard.viz import prediction_field_names
-
-    pred = pred.detach().to(torch.float64).cpu()
-    if pred.dim() != 2 or pred.shape != (mesh.num_nodes, len(target_columns)):
-        raise ValueError(f"{source or 'the mesh'}: pred must have shape [{mesh.num_nodes}, {len(target_columns)}] "
-                         f"(one row per point, one column per target column {list(target_columns)}), "
-                         f"got {list(pred.shape)}")
-    has_truth = all(parse_field(t)[0] in mesh.point_data or parse_field(t)[0] == POSITION_FIELD for t in targets)
-    truth = torch.from_numpy(select_fields(mesh, targets)) if has_truth and targets else None
-    fields = {}
-    for key, c0, width in _target_keys(targets, target_columns):
-        cols = slice(c0, c0 + width)
-        pred_name, error_name = prediction_field_names(key)
-        fields[pred_name] = pred[:, cols].squeeze(1).numpy() if width == 1 else pred[:, cols].numpy()
-        if truth is not None:
-            err = pred[:, cols] - truth[:, cols]
-            fields[error_name] = err.squeeze(1).numpy() if width == 1 else err.numpy()
-    write_vtu(path, mesh, fields, source=source)
-    if truth is None:
-        return None
-    # an error relative to an all-zero truth is undefined (it was inf): NaN, and MSE / max |error| tell the size
-    return {c: {"mse": float(((pred[:, j] - truth[:, j]) ** 2).mean()),
-                "rel_l2": float(relative_l2_error(pred[:, j], truth[:, j])) if truth[:, j].any() else float("nan"),
-                "max_abs": float(max_abs_error(pred[:, j], truth[:, j]))}
-            for j, c in enumerate(target_columns)}
-
-
 def _write_sample(sample: dict, mesh, pred: torch.Tensor, info, out_dir: Path) -> dict:
-    """Rank 0: write ``OUT/<sample>.vtu`` (:func:`write_prediction`) for a mesh file or a dataset sample."""
+    """Rank 0: write ``OUT/<sample>.vtu`` (:func:`meshshard.io.write_prediction`) for a mesh file or a dataset sample."""
     from meshshard._fileutil import sha256_file
-    from meshshard.io import read_mesh
+    from meshshard.io import read_mesh, write_prediction
 
     source = sample["source"]
     if mesh is None:  # a dataset sample: the mesh to write is its source file

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from meshshard.datasets.fields import DEFAULT_KNN
+from meshshard.cli._mesh_cmd import METHODS
+from meshshard.io.graph import DEFAULT_KNN
 
 HELP = "turn a dataset of meshes with fields into sharded training data (one shard folder per sample)"
 
@@ -19,8 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="mesh files (any meshio format) or one folder of them")
     parser.add_argument("-k", "--num-parts", type=int, required=True, help="parts per sample (= training ranks)")
-    parser.add_argument("-m", "--method", default="kdtree", choices=["kdtree", "morton", "hilbert", "graph"],
-                        help="partitioner (default: kdtree)")
+    parser.add_argument("-m", "--method", default="kdtree", choices=METHODS,
+                        help="partitioner, as `meshshard partition -m` takes them (default: kdtree)")
     parser.add_argument("-o", "--out", required=True, help="output folder")
     parser.add_argument("--features", nargs="*", default=[], metavar="F",
                         help="point fields for the node inputs x: NAME (all components), NAME[i,j], or pos")

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 from meshshard._lazy import lazy_exports
 
 # names -> defining submodule, imported on first use: ``meshshard partition`` needs only ``fields`` and
-# would otherwise pull in the ShardTensor and DTensor stack through ``sharded`` (0.9 s of imports)
+# would otherwise pull in the ShardTensor and DTensor stack through ``sharded`` (slow imports)
 _EXPORTS = {name: f"{__name__}.{module}" for module, names in {
+    # mesh_graph: a deprecated alias of meshshard.io.mesh_graph (not in __all__; it warns when read)
     "fields": ("edge_features", "field_columns", "mesh_graph", "mesh_to_data", "node_type_ids", "parse_field",
                "select_fields"),
     "mesh_dataset": ("MeshDataset", "list_mesh_files", "model_inputs", "node_type_vocabulary"),
@@ -29,7 +30,7 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for static analysers only
-    from meshshard.datasets.fields import (edge_features, field_columns, mesh_graph, mesh_to_data, node_type_ids, parse_field,
+    from meshshard.datasets.fields import (edge_features, field_columns, mesh_to_data, node_type_ids, parse_field,
                                           select_fields)
     from meshshard.datasets.mesh_dataset import MeshDataset, list_mesh_files, model_inputs, node_type_vocabulary
     from meshshard.datasets.preprocess import (PreprocessResult, check_dataset_dir, is_dataset_dir, preprocess_dataset,
@@ -56,7 +57,6 @@ __all__ = [
     "sample_moments",
     "edge_features",
     "field_columns",
-    "mesh_graph",
     "mesh_to_data",
     "node_type_ids",
     "parse_field",

@@ -11,8 +11,7 @@ The nodes gmsh makes are numbered in lexicographic order of their coordinates (t
 mixed meshes stack that numbering layer by layer) and cells in order of their node ids, so a generator
 called twice gives the same arrays, whatever order gmsh produced them in. gmsh's 2D
 meshing round a boundary-layer field is not fully repeatable, though: between runs it can move some
-interior nodes of the boundary-layer and mixed meshes (two variants of the ~10k boundary-layer mesh
-were seen over five runs; three generations in one process gave three point sets and two edge sets).
+interior nodes of the boundary-layer and mixed meshes, even between generations in one process.
 """
 from __future__ import annotations
 
@@ -140,7 +139,7 @@ def vessel_mesh(num_nodes: int = 20_000) -> Mesh:
         _sizes(gmsh, h)
         gmsh.model.mesh.generate(3)
 
-    # thin tubes: the node count grows slower than h^-3 at these sizes (measured)
+    # thin tubes: the node count grows slower than h^-3 at these sizes (hence the calibration's exponent 2.5)
     points, cells = _calibrated(lambda h: _run(lambda g: build(g, h), 3, 3), h_guess, n, 2.5)
     return Mesh(points, cells=cells)
 
@@ -230,7 +229,7 @@ def shell_mesh(num_nodes: int = 20_000, cell: str = "wedge", layers: int = 3) ->
         other = [(2, t) for _, t in gmsh.model.getEntities(2) if gmsh.model.getType(2, t) != "Sphere"]
         gmsh.model.mesh.setSize(gmsh.model.getEntities(0), h)
         _sizes(gmsh, h)
-        if cell == "hexahedron":  # every triangle split into 3 quads (recombination crashed gmsh 4.15 at 100k nodes)
+        if cell == "hexahedron":  # every triangle split into 3 quads (gmsh's recombination can crash on large meshes)
             gmsh.option.setNumber("Mesh.SubdivisionAlgorithm", 1)
         gmsh.model.removeEntities([(3, t) for _, t in gmsh.model.getEntities(3)])
         gmsh.model.removeEntities(other)

@@ -8,7 +8,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 
-from meshshard.datasets.fields import DEFAULT_KNN, mesh_to_data
+from meshshard.datasets.fields import mesh_to_data
+from meshshard.io.graph import DEFAULT_KNN
 from meshshard.datasets.stats import DatasetStats, sample_moments
 
 __all__ = ["MeshDataset", "list_mesh_files", "node_type_vocabulary", "model_inputs"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import time
@@ -36,7 +37,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 import torch
 
 from meshshard._fileutil import atomic_dir, atomic_path, created_dir, read_json_dict, remove_stale_temps, sha256_file
-from meshshard.datasets.fields import DEFAULT_KNN, check_fields
+from meshshard.io.fields import check_fields
+from meshshard.io.graph import DEFAULT_KNN
 from meshshard.datasets.stats import DatasetStats, Moments, STAT_KEYS
 
 __all__ = ["preprocess_dataset", "PreprocessResult", "DATASET_FORMAT", "DATASET_FORMAT_VERSION", "sample_dir_name",
@@ -252,6 +254,7 @@ def _run_samples(files, out: Path, settings: dict, workers: int, progress: bool,
 
     results: Dict[int, dict] = {}
     bar = tqdm(total=len(files), desc="preprocess", unit="mesh", disable=not progress)
+    stack = contextlib.ExitStack()
     try:
         if workers == 1 or len(files) == 1:
             threads = torch.get_num_threads()
@@ -262,9 +265,18 @@ def _run_samples(files, out: Path, settings: dict, workers: int, progress: bool,
                     on_sample(results[i]["dir"], results[i]["skipped"])
         else:
             import multiprocessing as mp
+            from logging.handlers import QueueListener
 
             threads = max(1, (os.cpu_count() or 1) // workers)
-            with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=mp.get_context("spawn")) as pool:
+            ctx = mp.get_context("spawn")
+            # the workers' log lines (numba's compile notice) are logged again here, through this process's
+            # handlers: the CLI's print them above the progress bar instead of into it
+            log_queue = ctx.Queue()
+            listener = QueueListener(log_queue, _RelogHandler())
+            listener.start()
+            stack.callback(listener.stop)
+            with ProcessPoolExecutor(max_workers=min(workers, len(files)), mp_context=ctx,
+                                     initializer=_log_to_queue, initargs=(log_queue,)) as pool:
                 futures = {pool.submit(_process_one, i, str(f), str(out), settings, threads): i for i, f in enumerate(files)}
                 for fut in as_completed(futures):
                     i = futures[fut]
@@ -280,8 +292,27 @@ def _run_samples(files, out: Path, settings: dict, workers: int, progress: bool,
                     if on_sample:
                         on_sample(results[i]["dir"], results[i]["skipped"])
     finally:
+        stack.close()
         bar.close()
     return results
+
+
+class _RelogHandler(logging.Handler):
+    """Hands a record from a worker process to this process's logger of the same name."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger = logging.getLogger(record.name)
+        if logger.isEnabledFor(record.levelno):
+            logger.handle(record)
+
+
+def _log_to_queue(queue) -> None:
+    """Worker initializer: the ``meshshard`` logger's records go to ``queue`` (see :func:`_run_samples`)."""
+    from logging.handlers import QueueHandler
+
+    logger = logging.getLogger("meshshard")
+    logger.handlers = [QueueHandler(queue)]
+    logger.propagate = False
 
 
 @contextlib.contextmanager

@@ -48,7 +48,8 @@ def mesh_size_for_nodes(num_nodes: int) -> float:
         num_nodes: the wanted node count.
     """
     area = _LENGTH * _HEIGHT - np.pi * _RADIUS ** 2
-    # A triangle mesh of size h has about 2 area / (sqrt(3) h^2) nodes... measured factor ~1.55 with the cylinder refinement.
+    # A triangle mesh of size h has about 2 area / (sqrt(3) h^2) nodes; the refinement at the cylinder adds
+    # nodes, which the factor 1.55 (fitted to gmsh's output) accounts for.
     return float(np.sqrt(1.55 * area / max(num_nodes, 10)))
 
 
@@ -57,7 +58,8 @@ def cylinder_channel_mesh(num_nodes: Optional[int] = 10000, mesh_size: Optional[
     """Mesh a 15 x 7.5 channel around a cylinder (radius 0.5) with gmsh and attach potential flow.
 
     Args:
-        num_nodes: target node count (used when ``mesh_size`` is None); the result is within ~20%.
+        num_nodes: target node count (used when ``mesh_size`` is None); the result is near it, not
+            exact (the element size is estimated from it).
         mesh_size: gmsh element size far from the cylinder.
         refine_cylinder: element size at the cylinder as a fraction of ``mesh_size``.
         verbose: let gmsh print.
@@ -150,7 +152,7 @@ def jittered_grid_mesh(num_nodes: int, aspect: float = 2.0, jitter: float = 0.2,
     triangle keeps its orientation: ``jitter < 0.25``), each cell is split into two triangles along a
     diagonal chosen at random, and the nodes are renumbered by a random permutation (``shuffle``)
     so that node order carries no locality and a partitioner has work to do. Everything is
-    vectorised: 2M nodes take a few seconds. The fields are smooth and analytic in the coordinates:
+    vectorised, so millions of nodes are cheap. The fields are smooth and analytic in the coordinates:
     ``velocity [N, 2]`` is the potential flow past a cylinder at the channel's left third
     (:func:`potential_flow_fields`) and ``pressure [N]`` its Bernoulli pressure plus a gentle wave,
     so ``y`` is a nonlinear function of ``x`` and ``pos``.

@@ -53,7 +53,7 @@ from meshshard.distributed.agree import (
     validation,
 )
 
-# DTensor's names load torch.distributed.tensor (0.9 s of imports) on first use: the halo and
+# DTensor's names load torch.distributed.tensor (slow to import) on first use: the halo and
 # partition code needs only the collectives above
 __getattr__, __dir__ = lazy_exports(__name__, {name: f"{__name__}.dtensor" for name in (
     "DTensor", "DeviceMesh", "DTensorSpec", "TensorMeta", "Placement", "Shard", "Replicate", "Partial",

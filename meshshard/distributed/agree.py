@@ -190,7 +190,11 @@ def _exchange_failures(what: str, table: List[List[int]], message: Optional[str]
         return
     # Every rank sees the flags, so every rank joins this second (rare) gather of messages.
     messages = all_gather_object(message, group)
-    detail = "; ".join(f"rank {r}: {messages[r]}" for r in bad)
+    by_message: dict = {}  # one cause that every rank hit is told once, with its ranks
+    for r in bad:
+        by_message.setdefault(messages[r], []).append(r)
+    detail = "; ".join((f"rank {rs[0]}" if len(rs) == 1 else f"ranks {', '.join(map(str, rs))}") + f": {m}"
+                       for m, rs in by_message.items())
     cls = CollectiveTypeError if table[bad[0]][0] == _FAILED_TYPE else CollectiveMismatchError
     raise cls(f"{what}: invalid input on rank(s) {bad} ({detail})")
 

@@ -41,7 +41,7 @@ from typing import Dict, List, Optional, Union
 import torch
 
 from meshshard._fileutil import atomic_path, atomic_torch_save, sha256_file
-from meshshard.graph.halo import check_edge_index
+from meshshard.graph.halo import check_edge_index, check_hops
 
 __all__ = ["FORMAT_VERSION", "save_parts", "read_meta", "verify_parts", "load_part", "part_file_name"]
 
@@ -106,12 +106,11 @@ def save_parts(
     Returns:
         ``Path`` of ``out_dir``.
     """
-    from meshshard.graph.sharded_graph import _check_hops
     from meshshard.partitioners import Partition
 
     if not isinstance(partition, Partition):
         raise TypeError(f"partition must be a meshshard Partition, got {type(partition).__name__}")
-    _check_hops(halo_hops)
+    check_hops(halo_hops)
     n = partition.num_nodes
     ei = check_edge_index(edge_index, n)
     nodes = _check_data(node_data, n, "node_data")
@@ -127,7 +126,7 @@ def save_parts(
     from meshshard.partitioners import partition_quality
 
     # the quality report reads only the edges and the assignment: it runs beside the writing (its union-find and
-    # numpy's loops release the GIL), so on two cores it costs little of the command's time
+    # numpy's loops release the GIL), so it overlaps the part files' writing instead of adding to it
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshshard-quality") as background:
         quality_job = background.submit(partition_quality, partition, ei)
         files = _write_part_files(out, ei, partition, nodes, edges, halo_hops, progress)

@@ -6,18 +6,14 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from meshshard import distributed as msd
-from meshshard.graph.halo import HaloLayout, build_halo, build_halo_distributed, builder_and_plans, check_edge_index
+from meshshard.graph.halo import (HaloLayout, build_halo, build_halo_distributed, builder_and_plans, check_edge_index,
+                                  check_hops)
+from meshshard.graph.parts_io import load_part
 from meshshard.graph.plan import ExchangePlan, build_plan_distributed
 
 __all__ = ["ShardedGraph"]
 
 
-
-
-def _check_hops(halo_hops) -> int:
-    if isinstance(halo_hops, bool) or not isinstance(halo_hops, int) or halo_hops < 1:
-        raise ValueError(f"halo_hops must be an int >= 1, got {halo_hops!r}")
-    return halo_hops
 
 
 class ShardedGraph:
@@ -128,7 +124,7 @@ class ShardedGraph:
 
             if not isinstance(partition, Partition):
                 raise TypeError(f"partition must be a meshshard Partition, got {type(partition).__name__}")
-            _check_hops(halo_hops)
+            check_hops(halo_hops)
             ei = check_edge_index(edge_index, partition.num_nodes)
             if distributed or partition.num_parts == 1:
                 if partition.num_parts != world:
@@ -178,7 +174,7 @@ class ShardedGraph:
             sizes = [int(s[0]) for s in sizes[0]]
 
         def validate():
-            _check_hops(halo_hops)
+            check_hops(halo_hops)
             sz = [int(s) for s in torch.as_tensor(sizes).reshape(-1).tolist()]
             if len(sz) != world:
                 raise ValueError(f"sizes has {len(sz)} entries but the process group has {world} ranks")
@@ -258,8 +254,6 @@ class ShardedGraph:
             FileNotFoundError / ValueError: on every rank, when any rank's part is missing,
             corrupt (sha256), or the parts do not belong together.
         """
-        from meshshard.graph.parts_io import load_part
-
         r = msd.get_rank(group) if rank is None else int(rank)
         part = msd.run_together(lambda: load_part(out_dir, r), "ShardedGraph.load", group)
         return cls.from_part(part, group)

@@ -134,7 +134,7 @@ def _edge_index_from_keys(key: np.ndarray, n: np.int64) -> torch.Tensor:
     """Both directions of the distinct undirected edges ``key = lo * n + hi`` (``lo < hi``; negative
     keys are dropped), sorted by (row 0, row 1). Sorts ``key`` in place; once deduplicated it is no
     longer referenced here, so a caller that keeps no name for it gets its memory back early."""
-    key.sort()  # sort + neighbour compare: np.unique is several times slower on 1e7 keys here
+    key.sort()  # sort + neighbour compare: np.unique sorts too, and adds masks and copies of its own
     key = key[np.searchsorted(key, 0):]
     if key.size:
         key = key[np.concatenate(([True], key[1:] != key[:-1]))]
@@ -170,8 +170,7 @@ def edge_index_from_cells(cells: Mapping[str, np.ndarray], num_nodes: int) -> to
     """Undirected node graph of a mesh with mixed element types.
 
     Each element edge's key ``min * N + max`` is written straight into one ``int64`` array (self
-    loops as -1), without the ``[M, 2]`` pair table: about a third of the memory of building pairs
-    first on a 2M-node hexahedral mesh.
+    loops as -1), without the ``[M, 2]`` pair table, which would need several times the memory.
 
     Args:
         cells: dict cell type -> int array [n_cells, nodes_per_cell].

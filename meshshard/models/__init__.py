@@ -2,18 +2,19 @@
 
 - :class:`MeshGraphNet`: encode-process-decode of Pfaff et al. (2021); sharded forward and
   gradients equal the single-process ones.
+- :class:`MeshGraphNetBlock` (its processor block, a PyG ``MessagePassing`` layer) and :class:`MLP`.
 - :func:`global_mse_loss`: the whole-mesh MSE from each rank's owned rows.
 - :func:`train_step`: one optimizer step, whole graph or shard.
 - :func:`training_checkpoint`, :func:`load_checkpoint`: self-contained checkpoints (weights, model
   configuration, statistics, field specs) that ``meshshard predict`` applies to new meshes.
 - :func:`all_reduce_gradients`, :func:`broadcast_parameters`: keep replicated parameters equal.
 """
-from meshshard.models.meshgraphnet import MeshGraphNet, ProcessorBlock
-from meshshard.ops.conv import MLP
+from meshshard.models.meshgraphnet import MeshGraphNet, MeshGraphNetBlock, ProcessorBlock
+from meshshard.models.mlp import MLP
 from meshshard.models.training import train_step
 from meshshard.models.checkpoint import CheckpointInfo, load_checkpoint, training_checkpoint
 from meshshard.models.parallel import all_reduce_gradients, broadcast_parameters, global_mse_loss, global_sum_and_count
 
-__all__ = ["MeshGraphNet", "ProcessorBlock", "MLP", "global_mse_loss", "global_sum_and_count",
+__all__ = ["MeshGraphNet", "MeshGraphNetBlock", "ProcessorBlock", "MLP", "global_mse_loss", "global_sum_and_count",
            "all_reduce_gradients", "broadcast_parameters", "train_step", "training_checkpoint", "load_checkpoint",
            "CheckpointInfo"]

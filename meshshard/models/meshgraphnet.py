@@ -6,7 +6,7 @@ result, and its gradients summed over ranks equal the whole-graph gradients.
 
 How the sharded forward stays exact
 -----------------------------------
-The processor blocks are :class:`meshshard.ops.MeshGraphNetBlock` layers (PyG ``MessagePassing``),
+The processor blocks are :class:`MeshGraphNetBlock` layers (PyG ``MessagePassing``),
 so a shard runs through the same path as any PyG model under :class:`meshshard.DomainParallel`:
 an edge ``j -> i`` lives on the rank that owns its target ``i``, its latent is updated there, and
 only the node latents of ghost sources ``j`` come from other ranks, either by one exchange per
@@ -20,13 +20,85 @@ from typing import Optional, Type
 
 import torch
 from torch import nn
+from torch_geometric.nn import MessagePassing
 
+from meshshard.models.mlp import MLP
 from meshshard.models.parallel import all_reduce_gradients, broadcast_parameters
-from meshshard.ops.conv import MLP, MeshGraphNetBlock
 
-__all__ = ["MeshGraphNet", "ProcessorBlock"]
+__all__ = ["MeshGraphNet", "MeshGraphNetBlock", "ProcessorBlock"]
 
-# The model's processor block is the one MessagePassing block of meshshard.ops.
+
+class MeshGraphNetBlock(MessagePassing):
+    r"""The MeshGraphNet processor block as a PyG layer: residual edge update, sum aggregation,
+    residual node update (Pfaff et al., 2021).
+
+    .. math::
+        e'_{ji} = e_{ji} + f_e([e_{ji}, x_j, x_i]), \qquad
+        x'_i = x_i + f_v\big([x_i, \textstyle\sum_{j} e'_{ji}]\big)
+
+    with ``j`` the sources of edges into ``i``; ``f_e``, ``f_v`` are :class:`MLP`\ s. It is the
+    block of :class:`meshshard.models.MeshGraphNet` and runs sharded like any PyG layer
+    (:class:`meshshard.ops.ShardedConv`, :class:`meshshard.DomainParallel`).
+
+    Args:
+        node_dim: node feature size ``F``.
+        edge_dim: edge feature size ``D`` (default ``node_dim``).
+        hidden: hidden width of both MLPs (default ``node_dim``).
+        mlp_layers: hidden layers of each MLP.
+        activation: activation class.
+        layer_norm: end each MLP with a ``LayerNorm``.
+        checkpoint: recompute the MLPs in backward (activation checkpointing) to save memory;
+            the result is unchanged. Only the block's own computation is recomputed, after any
+            halo exchange, so recomputation never talks to other ranks.
+
+    Shapes:
+        ``forward(x [N, F], edge_index [2, E], edge_attr [E, D]) -> (x' [N, F], e' [E, D])``.
+    """
+
+    def __init__(self, node_dim: int, edge_dim: Optional[int] = None, hidden: Optional[int] = None,
+                 mlp_layers: int = 2, activation: Type[nn.Module] = nn.ReLU, layer_norm: bool = True,
+                 checkpoint: bool = False) -> None:
+        super().__init__(aggr="sum")
+        self.checkpoint = bool(checkpoint)
+        edge_dim = node_dim if edge_dim is None else edge_dim
+        hidden = node_dim if hidden is None else hidden
+        self.edge_mlp = MLP(2 * node_dim + edge_dim, hidden, edge_dim, mlp_layers, layer_norm, activation)
+        self.node_mlp = MLP(node_dim + edge_dim, hidden, node_dim, mlp_layers, layer_norm, activation)
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor):
+        """Args:
+            x: ``[N, F]`` node features.
+            edge_index: ``[2, E]`` (row 0 source ``j``, row 1 target ``i``).
+            edge_attr: ``[E, D]`` edge features.
+
+        Returns:
+            ``(x' [N, F], e' [E, D])``.
+        """
+        if self.checkpoint and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint
+
+            return checkpoint(self._update, x, edge_index, edge_attr, use_reentrant=False)
+        return self._update(x, edge_index, edge_attr)
+
+    def _update(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor):
+        e = self.edge_updater(edge_index, x=x, edge_attr=edge_attr)
+        agg = self.propagate(edge_index, e=e, size=(x.shape[0], x.shape[0]))
+        return x + self.node_mlp(torch.cat([x, agg], -1)), e
+
+    def edge_update(self, x_i: torch.Tensor, x_j: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
+        return edge_attr + self.edge_mlp(torch.cat([edge_attr, x_j, x_i], -1))
+
+    def message(self, e: torch.Tensor) -> torch.Tensor:
+        return e
+
+    def aggregate(self, inputs: torch.Tensor, index: torch.Tensor, ptr: Optional[torch.Tensor] = None,
+                  dim_size: Optional[int] = None) -> torch.Tensor:
+        # index_add_ rather than PyG's scatter over an index expanded to [E, D]: the same sums, and
+        # its backward is an index_select instead of a gather (benchmarks/bench_scale.py).
+        return inputs.new_zeros((dim_size, inputs.shape[1])).index_add_(0, index, inputs)
+
+
+# The model's processor block under the name the model gives it.
 ProcessorBlock = MeshGraphNetBlock
 
 
@@ -34,7 +106,7 @@ class MeshGraphNet(nn.Module):
     r"""Encode-process-decode graph network of Pfaff et al. (2021).
 
     Node and edge features are encoded to ``hidden`` by MLPs with LayerNorm, updated by
-    ``num_layers`` :class:`~meshshard.ops.MeshGraphNetBlock`\ s (residual, sum aggregation), and decoded per node by
+    ``num_layers`` :class:`MeshGraphNetBlock`\ s (residual, sum aggregation), and decoded per node by
     an MLP without LayerNorm.
 
     Args:

@@ -22,8 +22,6 @@ _EXPORTS = {
     "knn_search": "meshshard.ops.knn",
     "radius_search": "meshshard.ops.knn",
     "ShardedConv": "meshshard.ops.conv",
-    "MeshGraphNetBlock": "meshshard.ops.conv",
-    "MLP": "meshshard.ops.conv",
     "DomainParallel": "meshshard.ops.domain_parallel",
     "sharded_forward": "meshshard.ops.domain_parallel",
     "partition_distributed": "meshshard.ops.partition",
@@ -33,4 +31,19 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+_lazy_getattr, __dir__ = lazy_exports(__name__, _EXPORTS)
+
+# moved to meshshard.models (layer 4): the old names keep working with a DeprecationWarning
+_MOVED = {"MLP": "meshshard.models.mlp", "MeshGraphNetBlock": "meshshard.models.meshgraphnet"}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(f"meshshard.ops.{name} moved to meshshard.models.{name}; import it from there",
+                      DeprecationWarning, stacklevel=2)
+        # by name, at first use: ops (layer 3) imports nothing of models (layer 4) on its own
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    return _lazy_getattr(name)

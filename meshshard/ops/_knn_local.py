@@ -5,13 +5,12 @@ Two interchangeable backends over one rank's points (local ids ``0..n-1``):
 * ``"scipy"``: a :class:`scipy.spatial.cKDTree` (CPU), the default also for CUDA tensors: their
   points are copied to the host, searched and decided there, and the results moved back;
 * ``"torch"``: chunked brute force on the tensors' device (``(q - p)^2`` summed, then top-k by a
-  threshold), ``O(n q)`` work. On an H200 it beat the tree only on small clouds (``sharded_knn``,
-  k = 8: 0.65x the tree's time at 10k points, 2.7x at 50k, 11.4x at 200k;
-  ``benchmarks/bench_gpu.py``).
+  threshold), ``O(n q)`` work: it beats the tree only on small clouds, since its work grows with
+  the product of query and point counts (``benchmarks/bench_gpu.py`` compares them).
 
 Every distance that orders or admits a neighbour is :func:`pair_distance`'s: squares summed in dim
 order, then a correctly rounded square root (:func:`exact_sqrt`), so both backends, the CPU and
-CUDA give the same numbers bit for bit (checked on an H200 by ``tests/test_cuda.py``).
+CUDA give the same numbers bit for bit (checked on a GPU by ``tests/test_cuda.py``).
 
 Both return neighbours ordered by ``(distance, id)``: among equal distances (duplicate points,
 lattice ties) the lower id comes first, also at the k-th place. Since a rank's global ids are its
@@ -67,7 +66,7 @@ def pair_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _window_distance(queries: np.ndarray, data: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """:func:`pair_distance` of each query row and the points ``idx [q, m]`` (same operations, same
-    rounding), one dim at a time: no ``[q, m, d]`` temporary (a 1M-query window would take 240 MB)."""
+    rounding), one dim at a time: no ``[q, m, d]`` temporary, which for large windows would dwarf the result."""
     ss = None
     for j in range(queries.shape[1]):
         diff = queries[:, j:j + 1] - data[idx, j]

@@ -24,7 +24,7 @@ features) and the rows ``x_j`` of their sources, one hop per ``propagate`` call.
 the whole-graph layer: ``SAGEConv``, ``GraphConv``, ``GINConv``/``GINEConv``,
 ``GATConv``/``GATv2Conv`` (softmax over all in-edges of ``i``, all local), ``TransformerConv``,
 ``EdgeConv``, ``NNConv``, ``GENConv``, ``PNAConv``, ``ResGatedGraphConv``, ``ClusterGCNConv``,
-``LEConv``, ``MFConv``, the MeshGraphNet block below; custom layers written the same way work too.
+``LEConv``, ``MFConv``, :class:`meshshard.models.MeshGraphNetBlock`; custom layers written the same way work too.
 Layers that normalise by the symmetric degree through PyG's ``gcn_norm`` (tested: ``GCNConv``,
 ``LGConv``, ``SGConv``, ``APPNP``, ``TAGConv``, ``ARMAConv``, ``SSGConv``, ``MixHopConv``) also
 need the degree of ghost (source) nodes. An adapter keyed by layer class (:data:`_GCN_FAMILY`) gets
@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from typing import Iterable, Optional, Type, Union
+from typing import Iterable, Optional, Union
 
 import torch
 from torch import nn
@@ -60,7 +60,22 @@ from torch_geometric.nn import conv as pyg_conv
 
 from meshshard import distributed as msd
 
-__all__ = ["ShardedConv", "MeshGraphNetBlock", "MLP", "all_reduce_gradients"]
+__all__ = ["ShardedConv", "all_reduce_gradients"]
+
+# moved to meshshard.models (layer 4); the old names keep working with a DeprecationWarning
+_MOVED = {"MLP": "meshshard.models.mlp", "MeshGraphNetBlock": "meshshard.models.meshgraphnet"}
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(f"meshshard.ops.conv.{name} moved to meshshard.models.{name}; import it from there",
+                      DeprecationWarning, stacklevel=2)
+        # by name, at first use: ops (layer 3) imports nothing of models (layer 4) on its own
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Layers whose output needs information no rank holds; wrapping them raises with the reason.
 _NON_LOCAL = {
@@ -370,113 +385,3 @@ def _gcn_adapters(conv: nn.Module, g, rings: int):
     finally:
         for h in handles:
             h.remove()
-
-
-class MLP(nn.Sequential):
-    r"""``Linear -> act -> ... -> Linear`` with an optional ``LayerNorm`` on the output.
-
-    Args:
-        in_channels: input width.
-        hidden_channels: width of every hidden layer.
-        out_channels: output width.
-        num_hidden_layers: number of hidden layers (``>= 0``; 0 gives one ``Linear``).
-        layer_norm: append ``LayerNorm(out_channels)``.
-        activation: activation class, instantiated between linear layers.
-
-    Shapes:
-        input ``[*, in_channels]`` -> output ``[*, out_channels]``.
-    """
-
-    def __init__(
-        self,
-        in_channels: int,
-        hidden_channels: int,
-        out_channels: int,
-        num_hidden_layers: int = 2,
-        layer_norm: bool = True,
-        activation: Type[nn.Module] = nn.ReLU,
-    ) -> None:
-        for name, v in (("in_channels", in_channels), ("hidden_channels", hidden_channels), ("out_channels", out_channels)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"MLP {name} must be a positive int, got {v!r}")
-        if not isinstance(num_hidden_layers, int) or num_hidden_layers < 0:
-            raise ValueError(f"MLP num_hidden_layers must be an int >= 0, got {num_hidden_layers!r}")
-        layers = []
-        width = in_channels
-        for _ in range(num_hidden_layers):
-            layers += [nn.Linear(width, hidden_channels), activation()]
-            width = hidden_channels
-        layers.append(nn.Linear(width, out_channels))
-        if layer_norm:
-            layers.append(nn.LayerNorm(out_channels))
-        super().__init__(*layers)
-
-
-class MeshGraphNetBlock(MessagePassing):
-    r"""The MeshGraphNet processor block as a PyG layer: residual edge update, sum aggregation,
-    residual node update (Pfaff et al., 2021).
-
-    .. math::
-        e'_{ji} = e_{ji} + f_e([e_{ji}, x_j, x_i]), \qquad
-        x'_i = x_i + f_v\big([x_i, \textstyle\sum_{j} e'_{ji}]\big)
-
-    with ``j`` the sources of edges into ``i``; ``f_e``, ``f_v`` are :class:`MLP`\ s. It is the
-    block of :class:`meshshard.models.MeshGraphNet` and runs sharded like any PyG layer
-    (:class:`ShardedConv`, :class:`meshshard.DomainParallel`).
-
-    Args:
-        node_dim: node feature size ``F``.
-        edge_dim: edge feature size ``D`` (default ``node_dim``).
-        hidden: hidden width of both MLPs (default ``node_dim``).
-        mlp_layers: hidden layers of each MLP.
-        activation: activation class.
-        layer_norm: end each MLP with a ``LayerNorm``.
-        checkpoint: recompute the MLPs in backward (activation checkpointing) to save memory;
-            the result is unchanged. Only the block's own computation is recomputed, after any
-            halo exchange, so recomputation never talks to other ranks.
-
-    Shapes:
-        ``forward(x [N, F], edge_index [2, E], edge_attr [E, D]) -> (x' [N, F], e' [E, D])``.
-    """
-
-    def __init__(self, node_dim: int, edge_dim: Optional[int] = None, hidden: Optional[int] = None,
-                 mlp_layers: int = 2, activation: Type[nn.Module] = nn.ReLU, layer_norm: bool = True,
-                 checkpoint: bool = False) -> None:
-        super().__init__(aggr="sum")
-        self.checkpoint = bool(checkpoint)
-        edge_dim = node_dim if edge_dim is None else edge_dim
-        hidden = node_dim if hidden is None else hidden
-        self.edge_mlp = MLP(2 * node_dim + edge_dim, hidden, edge_dim, mlp_layers, layer_norm, activation)
-        self.node_mlp = MLP(node_dim + edge_dim, hidden, node_dim, mlp_layers, layer_norm, activation)
-
-    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor):
-        """Args:
-            x: ``[N, F]`` node features.
-            edge_index: ``[2, E]`` (row 0 source ``j``, row 1 target ``i``).
-            edge_attr: ``[E, D]`` edge features.
-
-        Returns:
-            ``(x' [N, F], e' [E, D])``.
-        """
-        if self.checkpoint and torch.is_grad_enabled():
-            from torch.utils.checkpoint import checkpoint
-
-            return checkpoint(self._update, x, edge_index, edge_attr, use_reentrant=False)
-        return self._update(x, edge_index, edge_attr)
-
-    def _update(self, x: torch.Tensor, edge_index: torch.Tensor, edge_attr: torch.Tensor):
-        e = self.edge_updater(edge_index, x=x, edge_attr=edge_attr)
-        agg = self.propagate(edge_index, e=e, size=(x.shape[0], x.shape[0]))
-        return x + self.node_mlp(torch.cat([x, agg], -1)), e
-
-    def edge_update(self, x_i: torch.Tensor, x_j: torch.Tensor, edge_attr: torch.Tensor) -> torch.Tensor:
-        return edge_attr + self.edge_mlp(torch.cat([edge_attr, x_j, x_i], -1))
-
-    def message(self, e: torch.Tensor) -> torch.Tensor:
-        return e
-
-    def aggregate(self, inputs: torch.Tensor, index: torch.Tensor, ptr: Optional[torch.Tensor] = None,
-                  dim_size: Optional[int] = None) -> torch.Tensor:
-        # index_add_ rather than PyG's scatter over an index expanded to [E, D]: the same sums, and
-        # its backward is an index_select instead of a gather (benchmarks/bench_scale.py).
-        return inputs.new_zeros((dim_size, inputs.shape[1])).index_add_(0, index, inputs)

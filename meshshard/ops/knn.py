@@ -160,7 +160,7 @@ def _prepare(points_owned, what: str, params: List[int], names: List[str], group
 
 
 def _backend(points: torch.Tensor, backend: Optional[str]) -> str:
-    if backend is None:  # the tree also for CUDA points: brute force lost from ~10k points on (module doc)
+    if backend is None:  # the tree also for CUDA points: brute force wins only on small clouds (_knn_local's doc)
         return "scipy"
     if backend not in ("scipy", "torch"):
         raise ValueError(f"backend must be None, 'scipy' or 'torch', got {backend!r}")

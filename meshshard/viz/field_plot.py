@@ -6,7 +6,8 @@
 - Point clouds (no cells): the points coloured by the field.
 
 Figures are made with :class:`matplotlib.figure.Figure` directly (no pyplot), as in
-:mod:`meshshard.viz.partition_plot`, whose triangulation and surface extraction this reuses.
+:mod:`meshshard.viz.partition_plot`, with the triangulation and surface extraction of
+:mod:`meshshard.viz._render` that both share.
 """
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from typing import List, Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from meshshard.datasets.fields import parse_field, select_fields
+from meshshard.io.fields import parse_field, select_fields
+from meshshard.io.write import ERROR_SUFFIX, PRED_SUFFIX
 from meshshard.io import Mesh
-from meshshard.viz.partition_plot import (_MAX_FACES_3D, _MAX_POINTS_3D, PathLike, _check_box, _fan_triangles,
-                                          _frame_3d, _light_direction, _marker_size, _marker_size_3d, _new_figure,
-                                          _points_and_mesh, _save, _shade, _surface_faces)
+from meshshard.viz._render import (MAX_FACES_3D, MAX_POINTS_3D, PathLike, check_box, fan_triangles, frame_3d,
+                                    light_direction, marker_size, marker_size_3d, new_figure, points_and_mesh,
+                                    save_figure, shade, surface_faces)
 
 __all__ = ["field_values", "prediction_field_names", "plot_field", "plot_field_comparison", "DEFAULT_VIEW"]
 
@@ -102,12 +104,12 @@ def prediction_field_names(truth: str, mesh: Optional[Mesh] = None) -> Tuple[Fie
     name, comps = parse_field(truth)
     if mesh is None:
         suffix = "" if comps is None else f"[{','.join(str(c) for c in comps)}]"
-        return f"{name}_pred{suffix}", f"{name}_error{suffix}"
+        return f"{name}{PRED_SUFFIX}{suffix}", f"{name}{ERROR_SUFFIX}{suffix}"
     select_fields(mesh, [truth])  # the truth exists and has these components
     t = select_fields(mesh, [name])  # [N, m]
     want = list(range(t.shape[1])) if comps is None else comps
     fields = mesh.point_data
-    pred, error = f"{name}_pred", f"{name}_error"
+    pred, error = f"{name}{PRED_SUFFIX}", f"{name}{ERROR_SUFFIX}"
     if pred in fields:
         p = select_fields(mesh, [pred])
         e = select_fields(mesh, [error]) if error in fields else None
@@ -119,13 +121,13 @@ def prediction_field_names(truth: str, mesh: Optional[Mesh] = None) -> Tuple[Fie
             return pred, None if e is None else error
         sel = f"[{','.join(str(c) for c in cols)}]"
         return pred + sel, None if e is None else error + sel
-    split = [f"{name}_{c}_pred" for c in want]  # two targets of one field: a field per column
+    split = [f"{name}_{c}{PRED_SUFFIX}" for c in want]  # two targets of one field: a field per column
     if all(s in fields for s in split):
-        errors = [f"{name}_{c}_error" for c in want]
+        errors = [f"{name}_{c}{ERROR_SUFFIX}" for c in want]
         if not all(s in fields for s in errors):
             errors = None
         return (split[0], errors and errors[0]) if len(want) == 1 else (split, errors)
-    predicted = [c for c in range(t.shape[1]) if f"{name}_{c}_pred" in fields]
+    predicted = [c for c in range(t.shape[1]) if f"{name}_{c}{PRED_SUFFIX}" in fields]
     where = f" in {mesh.source.name}" if mesh.source is not None else ""
     if predicted:
         raise ValueError(f"{truth!r}: only components {predicted} of {name!r} have a prediction{where} "
@@ -205,14 +207,14 @@ class _Geometry:
     """What every panel of one mesh draws from, built once: 2D triangles or 3D surface faces."""
 
     def __init__(self, mesh_or_points, zoom=None):
-        self.points, mesh = _points_and_mesh(mesh_or_points)
+        self.points, mesh = points_and_mesh(mesh_or_points)
         self.mesh = mesh if mesh is not None else Mesh.from_points(self.points)
         self.three_d = self.points.shape[1] == 3
         if zoom is not None and self.three_d:
             raise ValueError("zoom is a 2D box (xmin, xmax, ymin, ymax); a 3D mesh takes a view instead")
         p = self.points
         # the box shown: the whole mesh, or the zoom
-        self.box = _check_box(zoom) if zoom is not None else (p[:, 0].min(), p[:, 0].max(), p[:, 1].min(),
+        self.box = check_box(zoom) if zoom is not None else (p[:, 0].min(), p[:, 0].max(), p[:, 1].min(),
                                                                  p[:, 1].max())
         self.triangulation = None  # 2D cells
         self.faces = None  # 3D: the surface faces to draw
@@ -220,11 +222,11 @@ class _Geometry:
         if not self.three_d and not self.mesh.is_point_cloud and self.mesh.topological_dim == 2:
             from matplotlib.tri import Triangulation
 
-            tris, _ = _fan_triangles(self.mesh.cells, np.zeros(self.mesh.num_nodes, dtype=np.int64))
+            tris, _ = fan_triangles(self.mesh.cells, np.zeros(self.mesh.num_nodes, dtype=np.int64))
             self.triangulation = Triangulation(p[:, 0], p[:, 1], tris)
         elif self.three_d:
-            faces = _surface_faces(self.mesh)
-            if faces and sum(len(f) for f in faces) <= _MAX_FACES_3D:
+            faces = surface_faces(self.mesh)
+            if faces and sum(len(f) for f in faces) <= MAX_FACES_3D:
                 self.faces = faces
             elif faces:  # too many faces to draw one by one: the surface's nodes (the interior hides anyway)
                 self.nodes = np.unique(np.concatenate([f.reshape(-1) for f in faces]))
@@ -253,24 +255,24 @@ def _draw(ax, geo: _Geometry, values, norm, cmap, view: View, max_points: int, s
         mappable = ax.tricontourf(geo.triangulation, values, levels=levels, cmap=cmap, norm=norm)
     elif not geo.three_d:
         idx = geo.nodes[_subsample(len(geo.nodes), max_points, seed)]
-        mappable = ax.scatter(p[idx, 0], p[idx, 1], c=values[idx], cmap=cmap, norm=norm, s=_marker_size(len(idx)),
+        mappable = ax.scatter(p[idx, 0], p[idx, 1], c=values[idx], cmap=cmap, norm=norm, s=marker_size(len(idx)),
                               linewidths=0, rasterized=True)
     elif geo.faces is not None:
         from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
-        light = _light_direction(*view)
+        light = light_direction(*view)
         for conn in geo.faces:
             # mild shading: enough to see the shape, little enough to read the colour against the bar
-            rgba = _shade(p, conn, cmap(norm(values[conn].mean(1))), light, ambient=0.75)
+            rgba = shade(p, conn, cmap(norm(values[conn].mean(1))), light, ambient=0.75)
             ax.add_collection3d(Poly3DCollection(p[conn], facecolors=rgba, edgecolors="none", antialiased=False))
         mappable = ScalarMappable(norm=norm, cmap=cmap)
     else:
         shown = geo.nodes[_subsample(len(geo.nodes), max_points, seed)]
         ax.computed_zorder = False
         mappable = ax.scatter(p[shown, 0], p[shown, 1], p[shown, 2], c=values[shown], cmap=cmap, norm=norm,
-                              s=_marker_size_3d(len(shown)), linewidths=0, depthshade=False, rasterized=True)
+                              s=marker_size_3d(len(shown)), linewidths=0, depthshade=False, rasterized=True)
     if geo.three_d:
-        _frame_3d(ax, p, *view, zoom=1.0)  # the colour bar, not another 3D panel, sits beside it
+        frame_3d(ax, p, *view, zoom=1.0)  # the colour bar, not another 3D panel, sits beside it
     else:
         ax.set_xlim(geo.box[0], geo.box[1])
         ax.set_ylim(geo.box[2], geo.box[3])
@@ -369,9 +371,9 @@ def plot_field(
     norm = Normalize(lo if vmin is None else vmin, hi if vmax is None else vmax)
     if norm.vmin >= norm.vmax:
         raise ValueError(f"vmin must be below vmax, got {norm.vmin} and {norm.vmax}")
-    max_points = max_points or (_MAX_POINTS_3D if geo.three_d else 200_000)
+    max_points = max_points or (MAX_POINTS_3D if geo.three_d else 200_000)
     if ax is None:
-        fig = _new_figure(figsize or _panel_figsize(geo, 1, 1), dpi)
+        fig = new_figure(figsize or _panel_figsize(geo, 1, 1), dpi)
         ax = fig.add_subplot(1, 1, 1, projection="3d" if geo.three_d else None)
         fig.suptitle(title or _default_title(geo), fontsize=10)
     else:
@@ -382,7 +384,7 @@ def plot_field(
             ax.set_title(title, fontsize=9)
     mappable = _draw(ax, geo, v, norm, colormaps[cmap], view, max_points, seed)
     _colorbar(fig, mappable, ax, label or name, units, geo.three_d)
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)
     return fig
 
 
@@ -449,8 +451,8 @@ def plot_field_comparison(
 
     stacked = not geo.three_d and geo.aspect() > 1.6  # wide domains read better one above the other
     rows, cols = (3, 1) if stacked else (1, 3)
-    fig = _new_figure(figsize or _panel_figsize(geo, rows, cols), dpi)
-    max_points = max_points or (_MAX_POINTS_3D if geo.three_d else 200_000)
+    fig = new_figure(figsize or _panel_figsize(geo, rows, cols), dpi)
+    max_points = max_points or (MAX_POINTS_3D if geo.three_d else 200_000)
     for i, (what, v, name, norm, cm) in enumerate(panels):
         ax = fig.add_subplot(rows, cols, i + 1, projection="3d" if geo.three_d else None)
         mappable = _draw(ax, geo, v, norm, colormaps[cm], view, max_points, seed)
@@ -459,5 +461,5 @@ def plot_field_comparison(
         if stacked and i < len(panels) - 1:
             ax.set_xlabel("")  # one x label under the stack
     fig.suptitle(title or _default_title(geo), fontsize=10)
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)
     return fig

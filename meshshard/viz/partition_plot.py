@@ -1,37 +1,25 @@
 """Partition plots: cells (2D) or points/surfaces (3D) coloured by part, ghost nodes marked.
 
-Figures are made with :class:`matplotlib.figure.Figure` directly (no pyplot), so they render
-with Agg, need no display, and never touch a user's interactive backend.
+Figures are made as :mod:`meshshard.viz._render` makes them (a bare matplotlib ``Figure``, no
+pyplot), with the rendering the field plots share.
 """
 from __future__ import annotations
 
-import os
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
-from meshshard._fileutil import atomic_path
-from meshshard.io import Mesh
+from meshshard.viz._render import (CELL_FACES_3D, MAX_FACES_3D, MAX_POINTS_3D, Box, PathLike, check_box, fan_triangles,
+                                    frame_3d, light_direction, majority_part, marker_size, marker_size_3d, new_figure,
+                                    points_and_mesh, save_figure, shade, surface_faces)
 from meshshard.viz.colors import part_colormap, part_colors
 
 __all__ = ["plot_partition", "plot_part_sizes", "plot_partition_summary", "ghost_mask", "auto_zoom_box", "mesh_zoom_box",
            "cut_zoom_box"]
 
-PathLike = Union[str, os.PathLike]
-Box = Tuple[float, float, float, float]
-
-# corner nodes of each 2D cell type in VTK order (quadratic types: their first corners)
-_CORNERS_2D = {"triangle": 3, "triangle6": 3, "quad": 4, "quad8": 4, "quad9": 4}
-
 
 # ----------------------------------------------------------------------------- inputs
-
-def _points_and_mesh(mesh_or_points) -> Tuple[np.ndarray, Optional[Mesh]]:
-    if isinstance(mesh_or_points, Mesh):
-        return mesh_or_points.points, mesh_or_points
-    mesh = Mesh.from_points(mesh_or_points)  # validates [N, 2|3], finite
-    return mesh.points, None
 
 
 def _assignment(partition, n: int) -> Tuple[np.ndarray, int]:
@@ -76,34 +64,6 @@ def ghost_mask(assignment, edge_index) -> np.ndarray:
         mask[ei[0, cut]] = True
         mask[ei[1, cut]] = True
     return mask
-
-
-def _majority_part(conn: np.ndarray, assignment: np.ndarray) -> np.ndarray:
-    """Part of each cell: the part owning most of its nodes (ties: the lowest part id)."""
-    node_parts = assignment[conn]  # [C, k]
-    k = node_parts.shape[1]
-    counts = (node_parts[:, :, None] == node_parts[:, None, :]).sum(-1)  # votes for each column's part
-    best = counts.max(1, keepdims=True)
-    # among the most-voted parts pick the lowest id: mask the others with a large value
-    cand = np.where(counts == best, node_parts, np.iinfo(np.int64).max)
-    return cand.min(1) if k else np.zeros(len(conn), dtype=np.int64)
-
-
-def _fan_triangles(cells: dict, assignment: np.ndarray):
-    """Triangulate 2D cells by fans over their corners; return triangles [T, 3] and their part."""
-    tris, parts = [], []
-    for ctype, conn in cells.items():
-        if ctype in _CORNERS_2D:
-            corners = conn[:, : _CORNERS_2D[ctype]]
-        elif ctype.startswith("polygon"):
-            corners = conn
-        else:
-            raise ValueError(f"cannot draw 2D cell type {ctype!r}")
-        part = _majority_part(corners, assignment)
-        for i in range(1, corners.shape[1] - 1):
-            tris.append(corners[:, [0, i, i + 1]])
-            parts.append(part)
-    return np.concatenate(tris), np.concatenate(parts)
 
 
 def auto_zoom_box(points: np.ndarray, triangles: np.ndarray, fraction: float = 0.2) -> Optional[Box]:
@@ -181,7 +141,7 @@ def cut_zoom_box(mesh_or_points, partition, edge_index=None, nodes: int = 1500) 
         cloud without ``edge_index``), or a box that would cover more than a quarter of the
         mesh's bounding box (the whole view shows it all already).
     """
-    points, mesh = _points_and_mesh(mesh_or_points)
+    points, mesh = points_and_mesh(mesh_or_points)
     if points.shape[1] != 2:
         return None
     assignment, num_parts = _assignment(partition, len(points))
@@ -232,7 +192,7 @@ def _cut_zoom_box(points, mesh, assignment, num_parts, edge_index, nodes=1500) -
 def _fine_box(points, mesh) -> Optional[Box]:
     if mesh is None or mesh.is_point_cloud or mesh.topological_dim != 2:
         return None
-    tris, _ = _fan_triangles(mesh.cells, np.zeros(mesh.num_nodes, dtype=np.int64))
+    tris, _ = fan_triangles(mesh.cells, np.zeros(mesh.num_nodes, dtype=np.int64))
     return auto_zoom_box(points, tris)
 
 
@@ -252,17 +212,8 @@ def _subsample_parts(assignment: np.ndarray, num_parts: int, max_points: int, se
     return np.sort(perm[rank < quota[a]])
 
 
-def _marker_size(n_visible: int) -> float:
-    """Scatter marker area (pt^2) so that n points fill a panel without hiding each other."""
-    return float(np.clip(4000.0 / max(n_visible, 1), 0.05, 12.0))
-
-
 def _ghost_size(n_visible: int) -> float:
     return float(np.clip(12000.0 / max(n_visible, 1), 0.4, 10.0))
-
-
-def _marker_size_3d(n_visible: int) -> float:
-    return float(np.clip(40000.0 / max(n_visible, 1), 0.3, 12.0))
 
 
 # ----------------------------------------------------------------------------- drawing
@@ -271,7 +222,7 @@ def _draw_2d(ax, points, mesh, assignment, num_parts, ghosts, box=None, show_cel
     cmap = part_colormap(num_parts)
     x, y = points[:, 0], points[:, 1]
     if mesh is not None and not mesh.is_point_cloud and mesh.topological_dim == 2:
-        tris, tri_part = _fan_triangles(mesh.cells, assignment)
+        tris, tri_part = fan_triangles(mesh.cells, assignment)
         ax.tripcolor(x, y, tris, facecolors=tri_part.astype(float), cmap=cmap, vmin=-0.5,
                      vmax=num_parts - 0.5, edgecolors="none", linewidth=0.0)
         if show_cell_edges:  # the element edges (not the fan diagonals of quads), thin and white
@@ -280,7 +231,7 @@ def _draw_2d(ax, points, mesh, assignment, num_parts, ghosts, box=None, show_cel
     else:
         idx = _subsample_parts(assignment, num_parts, 200_000, 0)
         ax.scatter(x[idx], y[idx], c=assignment[idx], cmap=cmap, vmin=-0.5, vmax=num_parts - 0.5,
-                   s=_marker_size(len(idx)), linewidths=0, rasterized=True)
+                   s=marker_size(len(idx)), linewidths=0, rasterized=True)
         n_visible = len(idx)
     if box is not None:
         ax.set_xlim(box[0], box[1])
@@ -324,87 +275,11 @@ def _draw_cell_edges(ax, points, mesh, box):
     ax.add_collection(LineCollection(points[ei.T][:, :, :2], colors="w", linewidths=0.15))
 
 
-# faces of each 3D cell type in VTK node order (triangles and quads)
-# (higher-order types: the faces of their corners, which come first)
-_CELL_FACES_3D = {
-    cell_type: faces
-    for names, faces in (
-        (("tetra", "tetra10"), ([(0, 1, 2), (0, 1, 3), (1, 2, 3), (0, 2, 3)], [])),
-        (("hexahedron", "hexahedron20", "hexahedron27"),
-         ([], [(0, 1, 2, 3), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6), (3, 0, 4, 7)])),
-        (("wedge", "wedge15"), ([(0, 1, 2), (3, 4, 5)], [(0, 1, 4, 3), (1, 2, 5, 4), (2, 0, 3, 5)])),
-        (("pyramid", "pyramid13"), ([(0, 1, 4), (1, 2, 4), (2, 3, 4), (3, 0, 4)], [(0, 1, 2, 3)])),
-    )
-    for cell_type in names
-}
-
-
-def _sort_rows(f: np.ndarray) -> np.ndarray:
-    """Each row sorted, by a min/max network over the columns (rows of 3-4 ids: much faster than np.sort)."""
-    cols = [f[:, j] for j in range(f.shape[1])]
-    for i in range(len(cols)):
-        for j in range(len(cols) - 1 - i):
-            cols[j], cols[j + 1] = np.minimum(cols[j], cols[j + 1]), np.maximum(cols[j], cols[j + 1])
-    return np.stack(cols, axis=1)
-
-
-def _faces_seen_once(faces: list) -> Optional[np.ndarray]:
-    """The faces (rows of corner ids) that belong to exactly one cell: the outer surface."""
-    if not faces:
-        return None
-    f = np.concatenate(faces)
-    if not len(f):
-        return f
-    s = _sort_rows(f)
-    n, k = int(s.max()) + 1, s.shape[1]
-    if n ** k < 2 ** 63:  # one integer per face: a 1-D unique is far faster than unique(axis=0)
-        key = s[:, 0].copy()
-        for j in range(1, k):
-            key = key * n + s[:, j]
-    else:
-        key = np.unique(s, axis=0, return_inverse=True)[1].reshape(-1)
-    order = np.argsort(key)
-    key = key[order]
-    first = np.r_[True, key[1:] != key[:-1]]  # first of a run of equal faces
-    return f[order[first & np.r_[first[1:], True]]]  # runs of length one
-
-
-def _surface_faces(mesh: Optional[Mesh], keep_cells: Optional[dict] = None):
-    """The faces to draw for a mesh in 3D space, as a list of corner arrays ``[F, 3]`` / ``[F, 4]``.
-
-    A volume mesh: its outer surface (faces of the volume cells that belong to one cell only;
-    the file's boundary cells when its volume cell types are unknown); with ``keep_cells`` (a bool
-    mask per cell type), the surface of those cells only. A surface mesh (2D cells with 3D
-    points): its cells. ``None`` for a point cloud.
-    """
-    if mesh is None or mesh.is_point_cloud:
-        return None
-    if mesh.topological_dim == 2:
-        faces = [conn[:, : _CORNERS_2D[t]] for t, conn in mesh.cells.items() if t in _CORNERS_2D]
-        return faces or None
-    if mesh.topological_dim != 3:
-        return None
-    tris, quads = [], []
-    if all(t in _CELL_FACES_3D for t in mesh.cells):
-        for t, conn in mesh.cells.items():
-            if keep_cells is not None:
-                conn = conn[keep_cells[t]]
-            tri_local, quad_local = _CELL_FACES_3D[t]
-            tris += [conn[:, list(f)] for f in tri_local]
-            quads += [conn[:, list(f)] for f in quad_local]
-        out = [f for f in (_faces_seen_once(tris), _faces_seen_once(quads)) if f is not None and len(f)]
-        return out or None
-    if keep_cells is not None:
-        return None
-    faces = [conn[:, : _CORNERS_2D[t]] for t, conn in mesh.boundary_cells.items() if t in _CORNERS_2D]
-    return faces or None
-
-
 def _cutaway(points, mesh, elev, azim):
     """Cut a volume mesh open at its mid-plane facing the camera: the surface of the cells in the
     far half, so cavities and the parts inside show. Returns (faces, label) or None."""
     if mesh is None or mesh.is_point_cloud or mesh.topological_dim != 3 or \
-            not all(t in _CELL_FACES_3D for t in mesh.cells):
+            not all(t in CELL_FACES_3D for t in mesh.cells):
         return None
     e, a = np.deg2rad(elev), np.deg2rad(azim)
     toward_camera = np.array([np.cos(e) * np.cos(a), np.cos(e) * np.sin(a), np.sin(e)])
@@ -414,7 +289,7 @@ def _cutaway(points, mesh, elev, azim):
     # and a section along a cut shows the cells of two parts interleaved
     middle = float(0.55 * points[:, axis].min() + 0.45 * points[:, axis].max())
     keep = {t: (points[conn, axis].mean(1) - middle) * sign < 0 for t, conn in mesh.cells.items()}
-    faces = _surface_faces(mesh, keep)
+    faces = surface_faces(mesh, keep)
     if faces is None:
         return None
     return faces, f"cut open at {'xyz'[axis]} = {middle:.3g}, the side facing the camera removed"
@@ -426,37 +301,13 @@ def _darken(colors: np.ndarray, factor: float = 0.45) -> np.ndarray:
     return out
 
 
-def _light_direction(elev, azim) -> np.ndarray:
-    """A unit vector towards a light above and left of the camera."""
-    e, a = np.deg2rad(elev + 30.0), np.deg2rad(azim - 40.0)
-    return np.array([np.cos(e) * np.cos(a), np.cos(e) * np.sin(a), np.sin(e)])
-
-
-def _shade(points, conn, rgba, light, ambient=0.5) -> np.ndarray:
-    """``rgba`` [F, 4] of faces ``conn`` scaled by how squarely each faces the light (two-sided:
-    extracted faces have no consistent orientation), never below ``ambient``."""
-    p = points[conn[:, :3]]
-    normal = np.cross(p[:, 1] - p[:, 0], p[:, 2] - p[:, 0])
-    normal /= np.maximum(np.linalg.norm(normal, axis=1, keepdims=True), 1e-300)
-    out = rgba.copy()
-    out[:, :3] *= (ambient + (1.0 - ambient) * np.abs(normal @ light))[:, None]
-    return out
-
-
 def _face_colors(points, conn, assignment, ghosts, colors, light) -> np.ndarray:
-    """RGBA [F, 4] per face: its part's colour, shaded (:func:`_shade`), darker at ghost nodes."""
-    out = _shade(points, conn, colors[_majority_part(conn, assignment)], light)
+    """RGBA [F, 4] per face: its part's colour, shaded (:func:`shade`), darker at ghost nodes."""
+    out = shade(points, conn, colors[majority_part(conn, assignment)], light)
     if ghosts is not None:
         at_ghost = ghosts[conn].any(1)
         out[at_ghost] = _darken(out[at_ghost])
     return out
-
-
-# 3D panels draw at most this many surface faces; beyond, the surface's nodes are scattered
-# (matplotlib depth-sorts every face of every panel in Python)
-_MAX_FACES_3D = 400_000
-# and scatter at most this many points per 3D panel (the default of max_points)
-_MAX_POINTS_3D = 50_000
 
 
 def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed, faces=None):
@@ -464,10 +315,10 @@ def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_po
     (ghost nodes as black dots on top) for point clouds and surfaces too big to draw."""
     colors = part_colors(num_parts)
     n_faces = sum(len(f) for f in faces) if faces else 0
-    if faces and n_faces <= _MAX_FACES_3D:
+    if faces and n_faces <= MAX_FACES_3D:
         from mpl_toolkits.mplot3d.art3d import Poly3DCollection
 
-        light = _light_direction(elev, azim)
+        light = light_direction(elev, azim)
         edges = (0, 0, 0, 0.15) if n_faces <= 20_000 else "none"  # cell edges while few enough to tell apart
         for conn in faces:
             face_colors = _face_colors(points, conn, assignment, ghosts, colors, light)
@@ -481,7 +332,7 @@ def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_po
         else:
             shown = np.arange(len(points))
         shown = shown[_subsample_parts(assignment[shown], num_parts, max_points, seed)]
-        size = _marker_size_3d(len(shown))
+        size = marker_size_3d(len(shown))
         ax.computed_zorder = False  # ghosts always on top of the cloud (a cloud hides nothing anyway)
         ax.scatter(points[shown, 0], points[shown, 1], points[shown, 2], c=colors[assignment[shown]],
                    s=size, linewidths=0, depthshade=False, rasterized=True, zorder=1)
@@ -490,28 +341,13 @@ def _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_po
             if len(g):
                 ax.scatter(points[g, 0], points[g, 1], points[g, 2], c="k", s=max(1.5, 2.5 * size),
                            linewidths=0, depthshade=False, rasterized=True, zorder=2)
-    _frame_3d(ax, points, elev, azim)
-
-
-def _frame_3d(ax, points, elev, azim, zoom=0.8):
-    """Axes limits at the points' bounding box, true proportions, the camera, small axis labels;
-    ``zoom`` below 1 leaves room for the z label beside a neighbouring panel."""
-    lo, hi = points.min(0), points.max(0)
-    ax.set_xlim(lo[0], hi[0])
-    ax.set_ylim(lo[1], hi[1])
-    ax.set_zlim(lo[2], hi[2])
-    ax.set_box_aspect(tuple(np.maximum(hi - lo, 1e-3 * max(hi - lo))), zoom=zoom)
-    ax.view_init(elev=elev, azim=azim)
-    ax.set_xlabel("x", labelpad=0)
-    ax.set_ylabel("y", labelpad=0)
-    ax.set_zlabel("z", labelpad=-2)
-    ax.tick_params(labelsize=6, pad=0)
+    frame_3d(ax, points, elev, azim)
 
 
 def _draw_3d_panels(fig, cells, points, mesh, assignment, num_parts, ghosts, views, max_points, seed, cutaway):
     """One 3D axes per view in the grid ``cells``: the whole surface first, then (``cutaway``) the
     mesh cut open facing the camera. Returns the axes."""
-    faces = _surface_faces(mesh)
+    faces = surface_faces(mesh)
     axes = []
     for i, ((elev, azim), cell) in enumerate(zip(views, cells)):
         ax = fig.add_subplot(cell, projection="3d")
@@ -539,21 +375,6 @@ def _edge_index_for(mesh, points, edge_index):
     if mesh is not None and not mesh.is_point_cloud:
         return mesh.edge_index()
     return None  # a bare point cloud: no graph, hence no ghosts to mark
-
-
-def _new_figure(figsize, dpi):
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=figsize, dpi=dpi, layout="constrained")
-
-
-def _save(fig, path: Optional[PathLike], dpi) -> None:
-    if path is None:
-        return
-    path = os.fspath(path)
-    fmt = os.path.splitext(path)[1].lstrip(".").lower() or "png"
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format=fmt, dpi=dpi)
 
 
 def _legend(ax, num_parts, sizes=None):
@@ -615,20 +436,20 @@ def plot_partition(
     Returns:
         the :class:`matplotlib.figure.Figure`.
     """
-    points, mesh = _points_and_mesh(mesh_or_points)
+    points, mesh = points_and_mesh(mesh_or_points)
     assignment, num_parts = _assignment(partition, len(points))
     ei = _edge_index_for(mesh, points, edge_index)
     ghosts = ghost_mask(assignment, ei) if show_ghosts and ei is not None else None
     sizes = np.bincount(assignment, minlength=num_parts)
     three_d = points.shape[1] == 3
-    max_points = max_points or (_MAX_POINTS_3D if three_d else 200_000)
+    max_points = max_points or (MAX_POINTS_3D if three_d else 200_000)
 
     if ax is not None:
         fig = ax.figure
         if three_d and getattr(ax, "name", "") == "3d":
             elev, azim = views[0]
             _draw_3d(ax, points, mesh, assignment, num_parts, ghosts, elev, azim, max_points, seed,
-                     _surface_faces(mesh))
+                     surface_faces(mesh))
         elif three_d:
             _draw_projection(ax, points, assignment, num_parts, ghosts, max_points, seed)
         else:
@@ -639,11 +460,11 @@ def plot_partition(
                 _label_small_parts(ax, points, assignment, num_parts)
         if title:
             ax.set_title(title, fontsize=9)
-        _save(fig, path, dpi)
+        save_figure(fig, path, dpi)
         return fig
 
     if three_d:
-        fig = _new_figure(figsize or (6.0 * len(views), 4.5), dpi)
+        fig = new_figure(figsize or (6.0 * len(views), 4.5), dpi)
         grid = fig.add_gridspec(1, len(views))
         axes = _draw_3d_panels(fig, [grid[0, i] for i in range(len(views))], points, mesh, assignment, num_parts,
                                ghosts, views, max_points, seed, cutaway)
@@ -651,7 +472,7 @@ def plot_partition(
     else:
         box = _zoom_box(points, mesh, zoom, assignment, num_parts, ei)
         panels = 2 if box is not None else 1
-        fig = _new_figure(figsize or (6.5 * panels, 5.5), dpi)
+        fig = new_figure(figsize or (6.5 * panels, 5.5), dpi)
         a = fig.add_subplot(1, panels, 1)
         _draw_overview_2d(a, points, mesh, assignment, num_parts, ghosts, box)
         _legend(a, num_parts, sizes)
@@ -659,7 +480,7 @@ def plot_partition(
             _draw_zoom_2d(fig.add_subplot(1, panels, 2), points, mesh, assignment, num_parts, ghosts, box)
     fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts, _ghost_style(points, mesh)),
                  fontsize=10)
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)
     return fig
 
 
@@ -691,7 +512,7 @@ def mesh_zoom_box(mesh) -> Optional[Box]:
         ``(xmin, xmax, ymin, ymax)``, or ``None`` for 3D meshes, point clouds and meshes without a
         much finer region. Pass it as ``zoom=`` to :func:`plot_partition` (also with ``ax=``).
     """
-    points, mesh = _points_and_mesh(mesh)
+    points, mesh = points_and_mesh(mesh)
     if points.shape[1] != 2:
         return None
     return _fine_box(points, mesh)
@@ -701,20 +522,13 @@ def _zoom_box(points, mesh, zoom, assignment, num_parts, edge_index) -> Optional
     if zoom is None:
         return None
     if not isinstance(zoom, str):
-        return _check_box(zoom)
+        return check_box(zoom)
     if zoom != "auto":
         raise ValueError(f"zoom must be 'auto', None or a box, got {zoom!r}")
     if points.shape[1] != 2:
         return None
     box = _cut_zoom_box(points, mesh, assignment, num_parts, edge_index)
     return box if box is not None else _fine_box(points, mesh)
-
-
-def _check_box(zoom) -> Box:
-    box = tuple(float(v) for v in zoom)
-    if len(box) != 4 or box[0] >= box[1] or box[2] >= box[3]:
-        raise ValueError(f"zoom must be (xmin, xmax, ymin, ymax) with min < max, got {zoom}")
-    return box
 
 
 def _mark_box(ax, box):
@@ -757,7 +571,7 @@ def plot_part_sizes(partition, ax=None, path: Optional[PathLike] = None, title: 
     n = len(a)
     assignment, num_parts = _assignment(partition, n)
     sizes = np.bincount(assignment, minlength=num_parts)
-    fig = ax.figure if ax is not None else _new_figure(figsize, dpi)
+    fig = ax.figure if ax is not None else new_figure(figsize, dpi)
     ax = ax if ax is not None else fig.add_subplot(1, 1, 1)
     ax.bar(np.arange(num_parts), sizes, color=part_colors(num_parts), edgecolor="k", linewidth=0.3)
     mean = sizes.mean()
@@ -770,7 +584,7 @@ def plot_part_sizes(partition, ax=None, path: Optional[PathLike] = None, title: 
     ax.tick_params(labelsize=7)
     ax.legend(fontsize=7, loc="lower right")
     ax.set_title(title or f"part sizes (max/mean = {imbalance:.3f})", fontsize=9)
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)
     return fig
 
 
@@ -804,16 +618,16 @@ def plot_partition_summary(
     Returns:
         the :class:`matplotlib.figure.Figure`.
     """
-    points, mesh = _points_and_mesh(mesh_or_points)
+    points, mesh = points_and_mesh(mesh_or_points)
     assignment, num_parts = _assignment(partition, len(points))
     ei = _edge_index_for(mesh, points, edge_index)
     ghosts = ghost_mask(assignment, ei) if show_ghosts and ei is not None else None
     sizes = np.bincount(assignment, minlength=num_parts)
     three_d = points.shape[1] == 3
-    max_points = max_points or (_MAX_POINTS_3D if three_d else 200_000)
+    max_points = max_points or (MAX_POINTS_3D if three_d else 200_000)
     box = None if three_d else _zoom_box(points, mesh, zoom, assignment, num_parts, ei)
     n_views = 2 if (three_d or box is not None) else 1
-    fig = _new_figure((5.5 * n_views + 4.5, 5.5), dpi)
+    fig = new_figure((5.5 * n_views + 4.5, 5.5), dpi)
     grid = fig.add_gridspec(2, n_views + 1, width_ratios=[5.5] * n_views + [4.5], height_ratios=[3, 2])
     if three_d:
         _draw_3d_panels(fig, [grid[:, 0], grid[:, 1]], points, mesh, assignment, num_parts, ghosts,
@@ -830,7 +644,7 @@ def plot_partition_summary(
               ha="left", family="monospace", fontsize=8)
     fig.suptitle(title or _default_title(mesh, num_parts, len(points), ghosts, _ghost_style(points, mesh)),
                  fontsize=10)
-    _save(fig, path, dpi)
+    save_figure(fig, path, dpi)
     return fig
 
 

@@ -65,11 +65,12 @@ def test_quiet_is_accepted_by_every_command_and_keeps_the_result_line(tmp_path, 
         assert stop.value.args == (shown,)
 
 
-def test_demo_and_partition_offer_every_partitioner(capsys):
-    """Both commands take their -m/--method choices from the one partitioner registry."""
+def test_every_partitioning_command_offers_every_partitioner(capsys):
+    """Every command with -m/--method takes its choices from the one partitioner registry."""
     from meshshard.partitioners.partitioners import PARTITIONERS
 
-    for argv in (["partition", "--help"], ["demo", "--help"]):
+    for argv in (["partition", "--help"], ["demo", "--help"], ["preprocess", "--help"], ["predict", "--help"],
+                 ["plot", "--help"]):
         with pytest.raises(SystemExit):
             main(argv)
         out = " ".join(capsys.readouterr().out.split())  # argparse wraps the choices list
@@ -101,3 +102,31 @@ def test_a_logged_line_starts_on_its_own_line_above_a_progress_bar(tmp_path, cap
     assert re.search(r"(^|[\r\n])a notice\n", err), repr(err)
     assert err.count("a notice") == 1, repr(err)
     assert logging.getLogger("meshshard").handlers == handlers  # restored after the command
+
+
+def test_commands_write_only_to_their_output(tmp_path, data_dir, monkeypatch, capsys):
+    """Run from another folder, partition and plot write their -o and nothing in the clone; the
+    demo takes -o too, and its default folder (in the current folder) is ignored by git."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+
+    def clone_state():
+        out = subprocess.run(["git", "status", "--porcelain", "--ignored", "--untracked-files=all"], cwd=root,
+                             capture_output=True, text=True, timeout=60).stdout.splitlines()
+        return {line for line in out if "__pycache__" not in line and ".pytest_cache" not in line}
+
+    before = clone_state()
+    monkeypatch.chdir(tmp_path)
+    mesh = str(data_dir / "naca0012_inviscid.su2")
+    assert main(["partition", "-q", mesh, "-k", "2", "-o", "shards"]) == 0
+    assert main(["plot", "-q", "shards", "-o", "p.png", "--dpi", "30"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.png", "shards"]
+    out = capsys.readouterr().out
+    assert "wrote shards/" in out and "wrote p.png" in out  # each says what it wrote
+    assert clone_state() == before
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    assert "-o OUT, --out OUT" in capsys.readouterr().out
+    ignored = subprocess.run(["git", "check-ignore", "-q", "meshshard_demo/prediction.vtu"], cwd=root, timeout=60)
+    assert ignored.returncode == 0, "meshshard_demo/ is not in .gitignore"

@@ -170,3 +170,26 @@ def test_node_types_from_a_field(tmp_path, recwarn):
         ids = part["owned_ids"]
         got[ids] = part["node_data"]["node_type_id"][:len(ids)]
     assert got.tolist() == want.tolist()
+
+
+@pytest.mark.timeout(200)
+def test_worker_log_lines_are_logged_again_in_the_parent(caplog):
+    """preprocess's worker processes (--workers > 1) send their log records (numba's compile notice)
+    to the parent, which logs them through its own handlers: the CLI prints them above its progress
+    bar instead of splicing them into it from another process."""
+    import logging
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+    from logging.handlers import QueueListener
+
+    from meshshard.datasets.preprocess import _log_to_queue, _RelogHandler
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    listener = QueueListener(queue, _RelogHandler())
+    listener.start()
+    with caplog.at_level(logging.WARNING, logger="meshshard"):
+        with ProcessPoolExecutor(1, mp_context=ctx, initializer=_log_to_queue, initargs=(queue,)) as pool:
+            pool.submit(logging.Logger.warning, logging.getLogger("meshshard"), "compiling in a worker").result()
+        listener.stop()
+    assert [r.getMessage() for r in caplog.records if r.name == "meshshard"] == ["compiling in a worker"]

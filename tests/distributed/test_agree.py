@@ -51,6 +51,8 @@ def _rank_main(rank, world):
     out["value_error"] = _outcome(lambda: msd.raise_together(ValueError("k must be >= 1") if rank == 1 else None, "knn"))
     out["type_error"] = _outcome(lambda: msd.raise_together(TypeError("k must be an int") if rank == 0 else None, "knn"))
     out["none"] = _outcome(lambda: msd.raise_together(None, "knn"))
+    out["all_alike"] = _outcome(lambda: msd.raise_together(ValueError("2 parts, 3 ranks"), "load"))
+    out["two_causes"] = _outcome(lambda: msd.raise_together(ValueError("b" if rank == 1 else "a"), "load"))
     out["run_ok"] = _outcome(lambda: msd.run_together(lambda: rank * 10, "load"))
     out["run_missing"] = _outcome(lambda: msd.run_together(_fail_on(rank, world - 1, FileNotFoundError("part_2.pt")),
                                                            "load"))
@@ -79,6 +81,9 @@ def test_agree_on_every_rank():
         "type_error": ("CollectiveTypeError", "knn: invalid input on rank(s) [0] (rank 0: TypeError: k must be an int)"),
         "run_missing": (mismatch, "load: invalid input on rank(s) [2] (rank 2: FileNotFoundError: part_2.pt)"),
         "same": (mismatch, f"knn: ranks do not match on k ({_ranks(4, 5, 4)})"),
+        # one cause on several ranks is told once, naming its ranks
+        "all_alike": (mismatch, "load: invalid input on rank(s) [0, 1, 2] (ranks 0, 1, 2: ValueError: 2 parts, 3 ranks)"),
+        "two_causes": (mismatch, "load: invalid input on rank(s) [0, 1, 2] (ranks 0, 2: ValueError: a; rank 1: ValueError: b)"),
     }
     for rank, out in enumerate(results):
         for key, (kind, message) in expected.items():

@@ -26,6 +26,24 @@ def _torchrun(*args, timeout=240):
     return proc.stdout + proc.stderr
 
 
+@pytest.mark.timeout(300)
+def test_torchrun_rank_count_mismatch_is_reported_once(tmp_path, data_dir):
+    """A dataset of 2 parts on 3 ranks: every rank stops with exit status 2; the cause is printed
+    once, by rank 0, saying where the other ranks' output went, and no rank prints a traceback."""
+    from meshshard.datasets import preprocess_dataset
+
+    data = tmp_path / "data"
+    preprocess_dataset([data_dir / "naca0012_inviscid.su2"], data, 2, ["pos"], ["pos[1]"], progress=False)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "3", str(EXAMPLE),
+           "--data", str(data), "--steps", "1", "--hidden", "8", "--layers", "1", "--device", "cpu"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=280)
+    text = proc.stdout + proc.stderr
+    assert proc.returncode != 0, text
+    assert text.count("was preprocessed into 2 parts but this group has 3 ranks") == 1, text
+    assert text.count("train_meshgraphnet.py: error:") == 1 and "printed once, by rank 0" in text, text
+    assert "exit status 2" in text and "train_meshgraphnet.py\", line" not in text, text  # no traceback of ours
+
+
 def _losses(out):
     return {int(m.group(1)): float(m.group(2)) for m in STEP.finditer(out)}
 
@@ -48,6 +66,7 @@ def test_torchrun_two_ranks_check_and_resume(tmp_path, data_dir):
     assert float(m.group(1)) < 1e-10 and float(m.group(2)) < 1e-10, out
     assert "backend gloo" in out and "steps 0..3" in out
     assert "train: 100%" in out and "loss=" in out  # rank 0's progress bar with the whole-mesh loss
+    assert f"saved checkpoint {ckpt} (step 2)" in out and f"saved checkpoint {ckpt} (step 3)" in out  # what --save wrote
     first = _losses(out)
     assert sorted(first) == [0, 1, 2], out  # one verdict line per step
     state = torch.load(ckpt, weights_only=True)

@@ -72,7 +72,7 @@ def _make_layers(kind, dtype):
     from torch import nn
     from torch_geometric.nn import EdgeConv, GATConv, GCNConv, LGConv, SAGEConv, TAGConv
 
-    from meshshard.ops.conv import MeshGraphNetBlock
+    from meshshard.models import MeshGraphNetBlock
 
     torch.manual_seed(1)
     if kind in ("gcn", "gcn_weighted"):

@@ -108,7 +108,7 @@ def test_3d_surface_too_large_for_faces_scatters_its_nodes(data_dir, monkeypatch
     import meshshard.viz.field_plot as field_plot
 
     mesh = read_mesh(data_dir / "brick_tets.su2")
-    monkeypatch.setattr(field_plot, "_MAX_FACES_3D", 100)
+    monkeypatch.setattr(field_plot, "MAX_FACES_3D", 100)
     fig = plot_field(mesh, mesh.points[:, 0], dpi=30)
     (scatter,) = fig.axes[0].collections
     on_surface = np.isclose(mesh.points, mesh.points.min(0)) | np.isclose(mesh.points, mesh.points.max(0))

@@ -8,7 +8,7 @@ from meshshard.io import knn_graph, read_mesh
 from meshshard.partitioners import Partition
 from meshshard.viz import (auto_zoom_box, cut_zoom_box, ghost_mask, part_colors, plot_part_sizes, plot_partition,
                            plot_partition_summary)
-from meshshard.viz.partition_plot import _fan_triangles
+from meshshard.viz._render import fan_triangles
 
 
 def _slab_partition(points, num_parts, axis=0):
@@ -61,7 +61,7 @@ def test_ghosts_are_marked_and_match_reference(naca, tmp_path):
 
 
 def test_auto_zoom_box_finds_the_airfoil(naca):
-    tris, _ = _fan_triangles(naca.cells, np.zeros(naca.num_nodes, dtype=np.int64))
+    tris, _ = fan_triangles(naca.cells, np.zeros(naca.num_nodes, dtype=np.int64))
     box = auto_zoom_box(naca.points, tris)
     airfoil = naca.points[naca.node_sets["airfoil"].numpy()]
     assert box[0] <= airfoil[:, 0].min() and airfoil[:, 0].max() <= box[1]
@@ -95,14 +95,15 @@ def test_3d_tet_mesh_surface(data_dir, tmp_path):
 
 def test_3d_ghosts_marked_by_darker_faces(data_dir):
     """On a drawn 3D surface the faces at ghost nodes are darker shades of their part colour."""
-    from meshshard.viz.partition_plot import _face_colors, _light_direction, _majority_part, _surface_faces
+    from meshshard.viz._render import light_direction, majority_part, surface_faces
+    from meshshard.viz.partition_plot import _face_colors
 
     mesh = read_mesh(data_dir / "brick_tets.su2")
     part = _slab_partition(mesh.points, 3)
     a = part.assignment.numpy()
     ghosts = ghost_mask(a, mesh.edge_index())
-    faces = _surface_faces(mesh)[0]
-    light = _light_direction(20, -60)
+    faces = surface_faces(mesh)[0]
+    light = light_direction(20, -60)
     on = _face_colors(mesh.points, faces, a, ghosts, part_colors(3), light)
     off = _face_colors(mesh.points, faces, a, None, part_colors(3), light)
     at_ghost = ghosts[faces].any(1)
@@ -110,29 +111,8 @@ def test_3d_ghosts_marked_by_darker_faces(data_dir):
     np.testing.assert_allclose(on[at_ghost, :3], 0.45 * off[at_ghost, :3])
     np.testing.assert_array_equal(on[~at_ghost], off[~at_ghost])
     # shading: faces of one part facing the light squarely are brighter than faces at a slant
-    brightness = off[:, :3].sum(1) / part_colors(3)[_majority_part(faces, a), :3].sum(1)
+    brightness = off[:, :3].sum(1) / part_colors(3)[majority_part(faces, a), :3].sum(1)
     assert 0.5 <= brightness.min() < brightness.max() <= 1.0 + 1e-12
-
-
-def test_3d_surface_from_volume_cells_and_surface_meshes(data_dir):
-    """The drawn surface of a tet mesh is its outer faces even when the file has no boundary
-    cells; a triangle surface in 3D space is drawn as its triangles."""
-    from meshshard.io import Mesh
-    from meshshard.viz.partition_plot import _surface_faces
-
-    brick = read_mesh(data_dir / "brick_tets.su2")
-    bare = Mesh(brick.points, cells={"tetra": brick.cells["tetra"]})  # no boundary cells
-    faces = _surface_faces(bare)
-    assert len(faces) == 1
-    got = {tuple(r) for r in np.sort(faces[0], 1)}
-    want = {tuple(r) for r in np.sort(brick.boundary_cells["triangle"], 1)}
-    assert got == want  # the file's boundary triangles cover the whole box
-    # one hexahedron: 6 quads; a surface mesh: its triangles
-    cube = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 1], [1, 0, 1], [1, 1, 1], [0, 1, 1]], float)
-    assert [f.shape for f in _surface_faces(Mesh(cube, cells={"hexahedron": np.arange(8)[None]}))] == [(6, 4)]
-    surf = Mesh(cube, cells={"triangle": np.array([[0, 1, 2], [4, 5, 6]])})
-    assert [f.shape for f in _surface_faces(surf)] == [(2, 3)]
-    assert _surface_faces(Mesh.from_points(cube)) is None
 
 
 def test_point_cloud_subsampled_with_knn_ghosts(data_dir, tmp_path):
@@ -236,10 +216,11 @@ def test_3d_boundary_faces_include_the_hole(holed_box):
     faces among them; the cut-away view shows the hole and the section through the parts."""
     from collections import Counter
 
-    from meshshard.viz.partition_plot import _cutaway, _surface_faces
+    from meshshard.viz._render import surface_faces
+    from meshshard.viz.partition_plot import _cutaway
 
     mesh = holed_box
-    faces = _surface_faces(mesh)
+    faces = surface_faces(mesh)
     assert len(faces) == 1
     count = Counter(tuple(sorted(t[i] for i in f)) for t in mesh.cells["tetra"].tolist()
                     for f in ((0, 1, 2), (0, 1, 3), (1, 2, 3), (0, 2, 3)))
@@ -268,23 +249,6 @@ def test_3d_plot_panels_axes_labels_and_parts(holed_box, tmp_path):
     assert all((a.get_xlabel(), a.get_ylabel(), a.get_zlabel()) == ("x", "y", "z") for a in views)
     assert views[0].get_title().startswith("surface") and views[1].get_title().startswith("cut open at")
     assert (_parts_seen(path, 3, tol=0.05) > 20).all()
-
-
-def test_face_extraction_paths_agree():
-    """The integer-key path and the row-unique path (ids too large to pack) find the same faces."""
-    from meshshard.viz.partition_plot import _faces_seen_once, _sort_rows
-
-    rng = np.random.default_rng(0)
-    f = rng.integers(0, 30, size=(500, 4))
-    np.testing.assert_array_equal(_sort_rows(f), np.sort(f, axis=1))
-    f = np.concatenate([f, f[:100][:, ::-1]])  # 100 faces seen twice (in another order)
-    small = _faces_seen_once([f])
-    big = _faces_seen_once([f + 2 ** 40]) - 2 ** 40  # 2^40 ** 4 does not fit one int64 key
-    key = {tuple(r) for r in np.sort(f, 1).tolist()}
-    want = [r for r in np.sort(f, 1).tolist() if sum(1 for q in np.sort(f, 1).tolist() if q == r) == 1]
-    assert len(key) > len(want) > 0
-    assert sorted(map(tuple, np.sort(small, 1).tolist())) == sorted(map(tuple, want))
-    assert sorted(map(tuple, np.sort(big, 1).tolist())) == sorted(map(tuple, want))
 
 
 def test_point_cloud_subsample_keeps_every_part():

@@ -1,0 +1,148 @@
+"""Meshes written as VTU files: a mesh with more point fields (:func:`write_vtu`), and a model's
+prediction beside the truth with its metrics (:func:`write_prediction`, what ``meshshard predict``
+and ``meshshard demo`` write).
+
+Every write is atomic (:func:`meshshard._fileutil.atomic_path`): an interruption leaves no partial
+file under the target path, and an existing file is replaced whole.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+
+from meshshard._fileutil import atomic_path
+from meshshard.io.fields import POSITION_FIELD, parse_field, select_fields
+
+__all__ = ["write_vtu", "write_prediction", "PRED_SUFFIX", "ERROR_SUFFIX"]
+
+#: the point field of a target's prediction is ``<target>_pred``, of its error ``<target>_error``
+PRED_SUFFIX = "_pred"
+ERROR_SUFFIX = "_error"
+
+
+def _target_keys(targets: Sequence[str], columns: Sequence[str]) -> List[tuple]:
+    """``(output name, first column, number of columns)`` per target spec, from the column names
+    :func:`meshshard.io.field_columns` gave them at training (``name`` or ``name_<i>``)."""
+    out, i = [], 0
+    for spec in targets:
+        name, comps = parse_field(spec)
+        if comps is not None:
+            width = len(comps)
+        elif i < len(columns) and columns[i] == name:
+            width = 1
+        else:
+            width = 0
+            while i + width < len(columns) and columns[i + width] == f"{name}_{width}":
+                width += 1
+        out.append((name, i, width))
+        i += width
+    if i != len(columns) or any(w == 0 for _, _, w in out):
+        raise ValueError(f"the checkpoint's target columns {list(columns)} do not match its targets {list(targets)}")
+    names = [n for n, _, _ in out]
+    if len(set(names)) < len(names):  # two specs of one field: name the outputs by column
+        return [(columns[c], c, 1) for c in range(len(columns))]
+    return out
+
+
+def _output_mesh(mesh, source: Optional[Path]):
+    """``mesh`` as a meshio mesh for the VTU: the file ``source`` as meshio reads it (every cell block
+    and cell field), or ``mesh``'s own cells where there is no such file; 3D points; a point cloud
+    gets vertex cells (meshio cannot read back a .vtu without cells)."""
+    import meshio
+
+    if source is None or source.suffix.lower() in (".npz", ".npy"):
+        n = mesh.num_nodes
+        cells = list(mesh.cells.items()) or [("vertex", np.arange(n).reshape(n, 1))]
+        out = meshio.Mesh(np.asarray(mesh.points), cells,
+                          point_data={k: np.asarray(v) for k, v in mesh.point_data.items()})
+    else:
+        # read_mesh has read this file already and passed meshio's notes on; they are not repeated
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            out = meshio.read(source)
+        out.cell_sets = {}  # VTU has no cell sets (SU2 markers); meshio would refuse some of them
+    if out.points.shape[1] == 2:
+        out.points = np.concatenate([out.points, np.zeros((len(out.points), 1))], axis=1)
+    return out
+
+
+def write_vtu(path, mesh, point_data: Optional[Mapping] = None, *, source=None) -> Path:
+    """Write ``mesh`` with its point fields and ``point_data`` as a .vtu file, atomically.
+
+    An interruption leaves no partial file under ``path`` (:func:`meshshard._fileutil.atomic_path`).
+    2D points get a zero z; a point cloud gets one vertex cell per point.
+
+    Args:
+        path: the file to write (replaced if it exists).
+        mesh: a :class:`meshshard.io.Mesh` with ``N`` nodes.
+        point_data: more point fields, name -> array ``[N]`` or ``[N, C]``, written after the mesh's own.
+        source: the file ``mesh`` was read from: its cells and cell fields are written as meshio reads
+            them (boundary cells included); default: ``mesh``'s volume cells.
+
+    Returns:
+        ``path``.
+    """
+    import meshio
+
+    path = Path(path)
+    out = _output_mesh(mesh, None if source is None else Path(source))
+    for name, values in (point_data or {}).items():
+        if len(values) != len(out.points):
+            raise ValueError(f"point field {name!r} has {len(values)} rows, the mesh {len(out.points)} points")
+        out.point_data[name] = values
+    with atomic_path(path) as tmp:
+        meshio.write(tmp, out, file_format="vtu")
+    return path
+
+
+def write_prediction(path, mesh, pred: torch.Tensor, targets: Sequence[str], target_columns: Sequence[str], *,
+                     source=None) -> Optional[Dict[str, Dict[str, float]]]:
+    """Write ``mesh`` with a model's prediction as a .vtu file (atomically; what ``meshshard predict``
+    and ``meshshard demo`` write).
+
+    Each target gets the point field ``<target>_pred`` and, when ``mesh`` holds the target fields,
+    ``<target>_error`` (prediction minus truth); :func:`meshshard.viz.prediction_field_names` finds
+    them by these suffixes (:data:`PRED_SUFFIX`, :data:`ERROR_SUFFIX`). ``<target>`` is the target's
+    field name (its selected components are the field's columns), or the column name
+    (``velocity_0``) where two targets select from one field.
+
+    Args:
+        path: the file to write (replaced if it exists).
+        mesh: a :class:`meshshard.io.Mesh` with ``N`` nodes; its target fields are the truth.
+        pred: de-normalised prediction ``[N, C]``, one column per name in ``target_columns``.
+        targets: the target field specs the model was trained on (``["pressure", "velocity[0,1]"]``).
+        target_columns: their ``C`` column names, as :func:`meshshard.io.field_columns` gives them.
+        source: the file ``mesh`` was read from (see :func:`write_vtu`).
+
+    Returns:
+        per target column ``{"mse", "rel_l2", "max_abs"}`` (``rel_l2`` NaN where the column's truth
+        is all zero), or ``None`` when ``mesh`` lacks a target field.
+    """
+    pred = pred.detach().to(torch.float64).cpu()
+    if pred.dim() != 2 or pred.shape != (mesh.num_nodes, len(target_columns)):
+        raise ValueError(f"{source or 'the mesh'}: pred must have shape [{mesh.num_nodes}, {len(target_columns)}] "
+                         f"(one row per point, one column per target column {list(target_columns)}), "
+                         f"got {list(pred.shape)}")
+    has_truth = all(parse_field(t)[0] in mesh.point_data or parse_field(t)[0] == POSITION_FIELD for t in targets)
+    truth = torch.from_numpy(select_fields(mesh, targets)) if has_truth and targets else None
+    fields = {}
+    for key, c0, width in _target_keys(targets, target_columns):
+        cols = slice(c0, c0 + width)
+        pred_name, error_name = f"{key}{PRED_SUFFIX}", f"{key}{ERROR_SUFFIX}"
+        fields[pred_name] = pred[:, cols].squeeze(1).numpy() if width == 1 else pred[:, cols].numpy()
+        if truth is not None:
+            err = pred[:, cols] - truth[:, cols]
+            fields[error_name] = err.squeeze(1).numpy() if width == 1 else err.numpy()
+    write_vtu(path, mesh, fields, source=source)
+    if truth is None:
+        return None
+    # an error relative to an all-zero truth is undefined (it was inf): NaN, and MSE / max |error| tell the size
+    return {c: {"mse": float(((pred[:, j] - truth[:, j]) ** 2).mean()),
+                "rel_l2": float(torch.linalg.vector_norm(pred[:, j] - truth[:, j]) / torch.linalg.vector_norm(truth[:, j]))
+                if truth[:, j].any() else float("nan"),
+                "max_abs": float((pred[:, j] - truth[:, j]).abs().max())}
+            for j, c in enumerate(target_columns)}
