@@ -90,3 +90,14 @@ def test_sharded_conv_under_torchrun():
                            str(EXAMPLES / "sharded_conv.py"), "--size", "21"], capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     _sharded_conv_diffs(proc.stdout, 2)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("model", ["unet", "transolver"])
+def test_train_any_model_matches_one_process(model, capsys):
+    out = _run("train_any_model", ["--model", model, "--ranks", "3", "--steps", "3"], capsys)
+    assert f"{model}: 3 ranks" in out, out
+    diff = float(re.search(r"largest loss difference: (\S+)", out).group(1))
+    assert diff < 1e-10, out
+    losses = [float(line.split()[1]) for line in out.splitlines() if re.match(r"\s+\d+\s", line)]
+    assert len(losses) == 3 and losses[-1] < losses[0], out  # it trains
