@@ -98,3 +98,39 @@ def run_block(b: Block, cwd: Path, where: str, timeout: float = 120) -> str:
         want = [line.rstrip() for line in b.output.strip().splitlines()]
         assert got == want, f"{where}:{b.line} printed\n" + "\n".join(got) + "\nbut the page shows\n" + "\n".join(want)
     return printed
+
+
+def command_lines(text: str) -> list[list[str]]:
+    """The arguments after ``meshshard`` (or ``-m meshshard``) of every command line in the bash blocks."""
+    import shlex
+
+    out = []
+    for b in blocks(text):
+        if b.lang != "bash":
+            continue
+        for line in b.code.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            for cmd in " ".join(words).split("&&"):
+                w = cmd.split()
+                if "meshshard" in w and (w[0] == "meshshard" or w[w.index("meshshard") - 1] == "-m"):
+                    i = w.index("meshshard")
+                    if i + 1 < len(w) and not w[i + 1].startswith("-"):
+                        out.append(w[i + 1:])
+    return out
+
+
+def parse_command(argv: list[str]):
+    """Parse ``meshshard ARGV`` as the command would (unknown commands and options raise SystemExit)."""
+    import argparse
+    import importlib
+
+    from meshshard.cli import COMMANDS, common_parser
+
+    assert argv[0] in COMMANDS, f"no command {argv[0]!r}"
+    module = importlib.import_module(f"meshshard.cli.{argv[0]}")
+    parser = argparse.ArgumentParser(prog=f"meshshard {argv[0]}", parents=[common_parser()], exit_on_error=False)
+    module.add_arguments(parser)
+    try:
+        return parser.parse_args(argv[1:])
+    except SystemExit as exc:
+        raise AssertionError(f"`meshshard {' '.join(argv)}` does not parse") from exc
