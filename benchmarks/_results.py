@@ -4,12 +4,13 @@ Every script prints its results as markdown tables. :func:`run` calls a script's
 printed output teed into a buffer; when the command line holds ``--json PATH`` (``--json`` alone:
 ``benchmarks/results/<script>[__<options>].json``), it then writes one JSON object:
 
-``{"script", "argv", "command", "machine", "date", "tables": [{"caption", "header", "rows", "notes"}]}``
+``{"script", "argv", "command", "machine", "date", "exit_status", "tables": [{"caption", "header", "rows",
+"notes"}], "output"}``
 
-where each table's ``caption`` is the paragraph printed just before it, ``notes`` the paragraph
-printed just after it (both lists of lines, possibly empty), ``header`` its column names and
-``rows`` its cells as printed. The machine is described by :func:`machine`. Without ``--json``
-nothing is written, so the test suite's ``--quick`` runs leave the committed results alone.
+where each table's ``caption`` and ``notes`` are the paragraphs printed around it (see
+:func:`parse_tables`), ``header`` its column names, ``rows`` its cells as printed, and ``output``
+the whole printed text. The machine is described by :func:`machine`. Without ``--json`` nothing
+is written, so the test suite's ``--quick`` runs leave the committed results alone.
 """
 from __future__ import annotations
 
@@ -73,7 +74,11 @@ def machine() -> str:
 
 
 def parse_tables(text: str) -> list[dict]:
-    """Every markdown table in ``text`` with the paragraphs printed just before and after it.
+    """Every markdown table in ``text`` with the text printed around it.
+
+    The paragraphs (runs of non-blank lines) between two tables are the second one's caption, except
+    that where there are several, the first is the first table's notes; the paragraphs after the last
+    table are its notes, and those before the first table its caption.
 
     Args:
         text: a script's printed output.
@@ -82,33 +87,34 @@ def parse_tables(text: str) -> list[dict]:
         One dict per table: ``caption`` and ``notes`` (lists of lines), ``header`` (list of cells),
         ``rows`` (list of lists of cells; the ``|---|`` separator is dropped).
     """
-    lines = text.splitlines()
-    tables, i = [], 0
-    while i < len(lines):
-        if not lines[i].startswith("|"):
-            i += 1
+    chunks, text_lines, table = [], [], []  # alternating: list of paragraphs, table lines, ...
+    paragraphs: list[list[str]] = [[]]
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            if not table:
+                chunks.append([p for p in paragraphs if p])
+                paragraphs = [[]]
+            table.append(line)
             continue
-        start = i
-        while i < len(lines) and lines[i].startswith("|"):
-            i += 1
-        block = [_cells(line) for line in lines[start:i]]
+        if table:
+            chunks.append(table)
+            table = []
+        if line.strip():
+            paragraphs[-1].append(line.strip())
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    chunks.append([p for p in paragraphs if p])
+    texts, tables_raw = chunks[0::2], chunks[1::2]
+    tables = []
+    for i, raw in enumerate(tables_raw):
+        block = [_cells(line) for line in raw]
         rows = [r for r in block[1:] if not all(re.fullmatch(r":?-{3,}:?", c) for c in r)]
-        caption = []
-        j = start - 1
-        while j >= 0 and lines[j].strip() and not lines[j].startswith("|"):
-            caption.insert(0, lines[j].strip())
-            j -= 1
-        notes = []
-        k = i
-        while k < len(lines) and not lines[k].strip():
-            k += 1
-        if k > i:  # a paragraph after a blank line belongs to the table only if no table follows it
-            m = k
-            while m < len(lines) and lines[m].strip() and not lines[m].startswith("|"):
-                m += 1
-            if m >= len(lines) or not lines[m].strip():
-                notes = [line.strip() for line in lines[k:m]]
-        tables.append({"caption": caption, "header": block[0], "rows": rows, "notes": notes})
+        before, after = texts[i], texts[i + 1]
+        last = i == len(tables_raw) - 1
+        caption = before[1:] if (i > 0 and len(before) > 1) else before
+        notes = after if last else (after[:1] if len(after) > 1 else [])
+        tables.append({"caption": [line for p in caption for line in p], "header": block[0], "rows": rows,
+                       "notes": [line for p in notes for line in p]})
     return tables
 
 
@@ -168,6 +174,7 @@ def run(main, script_file: str) -> int:
         "date": _dt.date.today().isoformat(),
         "exit_status": rc,
         "tables": parse_tables(tee.buffer_.getvalue()),
+        "output": tee.buffer_.getvalue(),
     }
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(json.dumps(record, indent=1) + "\n")

@@ -75,11 +75,11 @@ def render(results: Path = RESULTS) -> str:
                 lines += [purpose, ""]
         for i, t in enumerate(rec["tables"], 1):
             lines += [f"**Table {i} of `{rec['command']}`**: {rec['machine']}; {rec['date']}.", ""]
-            if t["caption"]:
-                lines += [*t["caption"], ""]
+            if t["caption"]:  # a script's own '### title' line is text here, under the header line
+                lines += [line.lstrip("#").strip() for line in t["caption"]] + [""]
             lines += [*_table(t), ""]
             if t["notes"]:
-                lines += [*t["notes"], ""]
+                lines += [line.lstrip("#").strip() for line in t["notes"]] + [""]
         if not rec["tables"]:
             lines += [f"`{rec['command']}` printed no table ({rec['machine']}; {rec['date']}).", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
