@@ -82,8 +82,11 @@ def workdir(tmp_path: Path, data_dir: Path) -> Path:
     return work
 
 
-def run_block(b: Block, cwd: Path, where: str, timeout: float = 120) -> str:
-    """Run one python block as the page says; return what it printed, checked against its output block."""
+def run_block(b: Block, cwd: Path, where: str, timeout: float = 200) -> str:
+    """Run one python block as the page says; return what it printed, checked against its output block.
+
+    The timeout leaves room for a first partition that compiles the numba kernels (a cold cache).
+    """
     if b.ranks == 1:
         proc = subprocess.run([sys.executable, "-c", b.code], cwd=cwd, capture_output=True, text=True,
                               timeout=timeout)

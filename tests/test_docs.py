@@ -18,7 +18,7 @@ def test_guide_pages_exist():
     assert {"meshes", "shardtensor", "domain_parallel", "cli", "training", "gpus"} <= names
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("page", GUIDE, ids=lambda p: p.name)
 def test_python_blocks_run_as_written(page, tmp_path, data_dir):
     work = _docblocks.workdir(tmp_path, data_dir)

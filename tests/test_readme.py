@@ -38,7 +38,7 @@ def test_no_dates_or_load_averages():
     assert "load average" not in README
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(420)
 def test_python_blocks_run_as_written(tmp_path, data_dir):
     work = _docblocks.workdir(tmp_path, data_dir)
     blocks = _docblocks.python_blocks(README)
