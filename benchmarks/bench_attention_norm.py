@@ -22,6 +22,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import sys
 import statistics
 import time
 
@@ -131,4 +132,6 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    import _results  # this folder is on sys.path when the script runs
+
+    sys.exit(_results.run(main, __file__))

@@ -200,4 +200,6 @@ def _print_knn(rows, dev):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import _results  # this folder is on sys.path when the script runs
+
+    sys.exit(_results.run(main, __file__))

@@ -279,4 +279,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    import _results  # this folder is on sys.path when the script runs
+
+    sys.exit(_results.run(main, __file__))

@@ -21,6 +21,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import sys
 import math
 import statistics
 import time
@@ -117,4 +118,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    import _results  # this folder is on sys.path when the script runs
+
+    sys.exit(_results.run(main, __file__))

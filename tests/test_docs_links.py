@@ -36,7 +36,7 @@ def test_readme_links_resolve():
 
 
 def test_docs_links_resolve():
-    for doc in sorted((ROOT / "docs").glob("*.md")):
+    for doc in sorted((ROOT / "docs").rglob("*.md")):
         for link in re.findall(r"\]\(((?!https?:)[^)#\s]+)", doc.read_text()):
             assert (doc.parent / link).exists(), f"{doc.name} links to {link}, which does not exist"
 
