@@ -1,4 +1,4 @@
-"""The notice logged while the partitioners' numba kernels compile for long (and only then)."""
+"""meshshard.partitioners._kernels.jit: the notice logged while the kernels compile for long (and only then)."""
 import logging
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from meshshard.partitioners import _jit
+from meshshard.partitioners._kernels import jit as _jit
 
 
 def _kernel_in(module: str):
@@ -69,10 +69,11 @@ def test_cached_kernels_compile_nothing_in_a_new_process(tmp_path):
     np.save(tmp_path / "pts.npy", pts)
     ms.partition(pts, 3, "kdtree", edge_index=ms.knn_graph(pts, 6))  # compiled (or loaded) and cached here
     code = ("import numpy as np, meshshard as ms\n"
-            "from meshshard.partitioners import _jit\n"
+            "from meshshard.partitioners._kernels import jit as _jit\n"
             "_jit.NOTICE_AFTER_S = 0.0  # any compilation at all would log\n"
             f"p = np.load({str(tmp_path / 'pts.npy')!r})\n"
             "ms.partition(p, 3, 'kdtree', edge_index=ms.knn_graph(p, 6))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert _jit.COMPILE_NOTICE not in done.stderr, done.stderr
+

@@ -1,9 +1,8 @@
 """numba's ``njit`` for the partitioners' kernels, and a notice while they compile for long.
 
-The kernels compile on first use and are cached on disk (``cache=True``). The first compilation
-takes over a minute on one core (``python benchmarks/bench_partition.py --only compile``: the first calls of
-all five methods took 76-90 s on 2 shared CPU cores), during which nothing else is printed. So when a partitioner kernel's
-compilation has run for :data:`NOTICE_AFTER_S` seconds, one line is logged on the ``meshshard``
+The kernels compile on first use and are cached on disk (``cache=True``). A first compilation is long
+(``python benchmarks/bench_partition.py --only compile`` times it), and nothing else is printed meanwhile. So when a
+partitioner kernel's compilation has run for :data:`NOTICE_AFTER_S` seconds, one line is logged on the ``meshshard``
 logger (level WARNING: Python prints it to stderr when logging is not configured), once per
 process. Loading the cache compiles nothing, and the short compilations of a new type signature
 in a warm cache finish before the notice is due, so those stay quiet. Silence it with
@@ -20,8 +19,8 @@ from numba.core import event
 
 __all__ = ["njit", "COMPILE_NOTICE", "NOTICE_AFTER_S"]
 
-COMPILE_NOTICE = ("meshshard: numba is compiling the partitioning kernels for this machine (a first use takes "
-                  "1-2 minutes on one core; later runs load them from the disk cache)")
+COMPILE_NOTICE = ("meshshard: numba is compiling the partitioning kernels for this machine (a first use can take "
+                  "minutes; later runs load them from the disk cache)")
 #: seconds a compilation runs before :data:`COMPILE_NOTICE` is logged (0: at its start)
 NOTICE_AFTER_S = 3.0
 
@@ -74,3 +73,4 @@ class _SlowCompileNotice(event.Listener):
 
 _listener = _SlowCompileNotice()
 event.register("numba:compile", _listener)
+
