@@ -57,15 +57,25 @@ from meshshard.partitioners import _concurrent
 from meshshard.partitioners._concurrent import Concurrent, Handoff, HelpedHandoff, deliver
 from meshshard.partitioners._csr import csr_view
 from meshshard.partitioners._kernels.bisection import bisect_parts
-from meshshard.partitioners._kernels.candidates import boundary_candidates, candidate_cut, project_candidates
+from meshshard.partitioners._kernels import candidates, components, csr
+from meshshard.partitioners._kernels import rebalance as rebalancing
+from meshshard.partitioners._kernels.candidates import boundary_candidates, project_candidates
 from meshshard.partitioners._kernels.coarsen import contract, contract_range, majority_parts, match_in_parts
-from meshshard.partitioners._kernels.components import label_components, label_components_edges, repair_components
-from meshshard.partitioners._kernels.csr import build_csr, cut_weight
+from meshshard.partitioners._kernels.components import label_components, label_components_edges
+from meshshard.partitioners._kernels.csr import build_csr
 from meshshard.partitioners._kernels.fm import fm_refine
 from meshshard.partitioners._kernels.grow import grow_parts
-from meshshard.partitioners._kernels.rebalance import quotient_graph, rebalance
+from meshshard.partitioners._kernels.jit import any_layout
+from meshshard.partitioners._kernels.rebalance import quotient_graph
 
 __all__ = ["multilevel_refine", "part_components"]
+
+# the finest level of an unweighted graph passes its edge weights as a zero-stride view (_unit_weights), the coarse
+# levels as arrays: the kernels that read them on both take ``data`` typed for any layout, so each compiles once
+rebalance = any_layout(rebalancing.rebalance, "data")
+repair_components = any_layout(components.repair_components, "data")
+candidate_cut = any_layout(candidates.candidate_cut, "data")
+cut_weight = any_layout(csr.cut_weight, "data")
 
 #: coarsening stops below this many nodes per part
 _COARSE_NODES_PER_PART = 30

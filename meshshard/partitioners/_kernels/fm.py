@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from meshshard.partitioners._kernels.jit import njit
+from meshshard.partitioners._kernels.jit import any_layout, njit
 from meshshard.partitioners._kernels.candidates import list_around, candidate_cut
 from meshshard.partitioners._kernels.csr import part_loads
 from meshshard.partitioners._kernels.heap import heap_pop, heap_push
@@ -104,7 +104,6 @@ def _room_in(k, no_room, wu, part_w, max_w):
     return False
 
 
-@njit(cache=True, nogil=True)
 def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt, listed, cand,
               count):
     """k-way Fiduccia-Mattheyses passes with a gain heap and rollback to the best prefix. Modifies ``assign``.
@@ -125,12 +124,10 @@ def fm_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, s
     Returns the cut weight after the passes (counted in the first pass, then lowered by each pass's
     kept gain; recounted only when ``max_passes < 1``).
     """
-    n = assign.shape[0]
-    if n * num_parts <= _ROW_ENTRIES:
-        return _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt,
-                          listed, cand, count, np.empty((0, 0)))
-    return _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit, min_gain, salt,
-                      listed, cand, count, np.empty(0))
+    # chosen here rather than in a kernel, so only the variant used is compiled
+    rows = np.empty((0, 0)) if assign.shape[0] * num_parts <= _ROW_ENTRIES else np.empty(0)
+    return _fm_passes_any_layout(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, stall_limit,
+                                 min_gain, salt, listed, cand, count, rows)
 
 
 @njit(cache=True, nogil=True)
@@ -291,3 +288,7 @@ def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, 
         return candidate_cut(indptr, indices, data, assign, cand, nc)
     return 0.5 * cut
 
+
+#: :func:`_fm_passes` with ``data`` typed for any layout: one compilation serves the zero-stride unit weights of the
+#: finest level and the contiguous weights of the coarse levels
+_fm_passes_any_layout = any_layout(_fm_passes, "data")
