@@ -627,7 +627,7 @@ def _mtkahypar_improve(ei: np.ndarray, n: int, assign: np.ndarray, num_parts: in
     import mtkahypar as mt
 
     try:  # one thread pool per process: share the graph engine's when it exists
-        from meshshard.partitioners.graph import _mtkahypar
+        from meshshard.partitioners.graph_engines import _mtkahypar
         _, init = _mtkahypar()
     except ImportError:
         init = _MTK.setdefault("init", mt.initialize(1, False))

@@ -100,7 +100,7 @@ def test_every_module_respects_the_layers():
     ("meshshard.datasets.stats", "importlib.import_module('torch.distributed')"),
     ("meshshard.partitioners.sfc", "from meshshard.distributed import get_rank"),
     ("meshshard.io.read", "from meshshard import graph"),
-    ("meshshard.partitioners.graph", "from ..ops import gather_v"),
+    ("meshshard.partitioners.graph_engines", "from ..ops import gather_v"),
     ("meshshard.graph.halo", "from ..ops.knn import sharded_knn"),
     ("meshshard.tensor.__init__", "from ..models import MeshGraphNet"),
     ("meshshard.ops.knn", "from meshshard.datasets import MeshDataset"),

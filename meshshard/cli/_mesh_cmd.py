@@ -8,7 +8,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 import torch
 
-from meshshard.partitioners.partitioners import PARTITIONERS
+from meshshard.partitioners.registry import PARTITIONERS
 
 __all__ = ["METHODS", "load_mesh_and_graph", "run_partition", "format_table", "format_quality", "progress"]
 

@@ -7,7 +7,7 @@ slices with ``refine=False``:
 - ``"morton"`` / ``"hilbert"``: curve keys against the global bounding box (an all-reduce of
   per-rank bounds), a parallel sample sort by ``(key, global id)``, then the cut of the sorted
   sequence at the weighted prefix nearest each ``j / P`` of the total, as the single-process
-  cut does (:mod:`meshshard.partitioners._cuts`).
+  cut does (:mod:`meshshard.partitioners._runs`).
 - ``"kdtree"``: recursive coordinate bisection, one tree level at a time; a box's widest axis
   comes from all-reduced bounds and its cut from a distributed radix selection of the item at
   the cut in ``(coordinate, global id)`` order (a few all-reduced histograms), so no points move
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from meshshard import distributed as msd
-from meshshard.partitioners._cuts_numba import enforce_min_sizes
+from meshshard.partitioners._kernels.runs import enforce_min_sizes
 from meshshard.partitioners._validate import as_points, check_num_parts, to_numpy
 from meshshard.partitioners.sfc import hilbert_keys, morton_keys
 

@@ -35,8 +35,8 @@ def second_cpu() -> bool:
 
 class _Worker:
     """A daemon thread that runs :class:`Concurrent` computations one after another and waits, idle, in
-    between: starting a thread cost ~0.17 ms here (median of 200, 2 shared cores), handing a computation to a
-    waiting one ~0.01 ms, out of a ~10 ms partition of ~10k nodes."""
+    between: starting a thread costs far more than handing a computation to a waiting one, and a small
+    partition is short enough for that difference to show."""
 
     def __init__(self) -> None:
         self._jobs: "queue.SimpleQueue[Concurrent]" = queue.SimpleQueue()

@@ -5,7 +5,7 @@ from typing import Optional
 
 import numpy as np
 
-from meshshard.partitioners._cuts import balanced_runs
+from meshshard.partitioners._runs import balanced_runs
 
 __all__ = ["principal_axis", "rib_assignment"]
 

@@ -5,7 +5,7 @@ from typing import Optional
 
 import numpy as np
 
-from meshshard.partitioners._cuts_numba import split_at, widest_axis_values
+from meshshard.partitioners._kernels.axis_split import split_at, widest_axis_values
 
 __all__ = ["rcb_assignment"]
 
@@ -19,7 +19,7 @@ def rcb_assignment(points: np.ndarray, num_parts: int, weights: Optional[np.ndar
     The order along the axis is by coordinate, ties by global id, so the result does not depend
     on the order of the points (and a distributed run can reproduce it). Unweighted cuts are
     compiled passes around a linear-time selection (``np.partition``, no full sort; see
-    :mod:`~meshshard.partitioners._cuts_numba`); weighted cuts sort the box's coordinates along
+    :mod:`~meshshard.partitioners._kernels.axis_split`); weighted cuts sort the box's coordinates along
     the cut axis once.
 
     Args:

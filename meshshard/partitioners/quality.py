@@ -5,10 +5,10 @@ from typing import Dict
 
 import numpy as np
 
-from meshshard.partitioners._graph import undirected_pairs
+from meshshard.partitioners._csr import undirected_pairs
 from meshshard.partitioners._validate import as_edge_index, as_node_weights
 from meshshard.partitioners.multilevel import part_components
-from meshshard.partitioners.partition import Partition
+from meshshard.partitioners.result import Partition
 
 __all__ = ["partition_quality"]
 

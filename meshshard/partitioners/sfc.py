@@ -14,7 +14,7 @@ cube index). Compact domains (``C = 1``) get the plain one-cube keys.
 
 Hilbert keys are computed from Morton keys by a table-driven state machine (Hamilton's
 "Compact Hilbert Indices" entry/direction states), several levels per table look-up; both loops
-are compiled (:mod:`meshshard.partitioners._sfc_numba`).
+are compiled (:mod:`meshshard.partitioners._kernels.sfc_keys`).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from typing import Tuple
 
 import numpy as np
 
-from meshshard.partitioners._sfc_numba import hilbert_kernel, morton_kernel
+from meshshard.partitioners._kernels.sfc_keys import hilbert_kernel, morton_kernel
 
 __all__ = ["default_bits", "quantize", "curve_grid", "morton_keys", "hilbert_keys", "morton_from_grid",
            "hilbert_from_grid"]
@@ -43,7 +43,7 @@ def default_bits(dim: int) -> int:
 
 
 def _column_bounds(points: np.ndarray):
-    # per column: numpy reduces a strided column ~10x faster than points.min(axis=0)
+    # per column: numpy reduces a strided column faster than points.min(axis=0)
     dim = points.shape[1]
     lo = np.array([points[:, j].min() for j in range(dim)], dtype=np.float64)
     hi = np.array([points[:, j].max() for j in range(dim)], dtype=np.float64)
@@ -167,7 +167,7 @@ def _with_cube(key: np.ndarray, cube, tile_bits: int, dim: int, bits: int) -> np
 
 
 def _axes(grid: list):
-    """``(x, y, z)`` uint64 arrays for the kernels of :mod:`~meshshard.partitioners._sfc_numba` (``z`` empty in 2D)."""
+    """``(x, y, z)`` uint64 arrays for the kernels of :mod:`~meshshard.partitioners._kernels.sfc_keys` (``z`` empty in 2D)."""
     dim = len(grid)
     if dim not in (2, 3):
         raise ValueError(f"space-filling curves need 2 or 3 dimensions, got {dim}")
@@ -280,7 +280,7 @@ def _level_chunks(bits: int, dim: int) -> list:
 
 @functools.lru_cache(maxsize=None)
 def _walk_steps(dim: int, bits: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(step_bits, step_start, tables)`` of :func:`~meshshard.partitioners._sfc_numba.hilbert_kernel`."""
+    """``(step_bits, step_start, tables)`` of :func:`~meshshard.partitioners._kernels.sfc_keys.hilbert_kernel`."""
     chunks = _level_chunks(bits, dim)
     tables = [_packed_table(dim, levels) for levels in chunks]
     step_bits = np.array([dim * levels for levels in chunks], dtype=np.int64)
@@ -302,7 +302,7 @@ def hilbert_from_grid(grid: list, bits: int) -> np.ndarray:
         uint64 ``[N]``.
 
     One compiled pass: each point's Morton key, then the state-machine walk, several levels per
-    table look-up (:func:`~meshshard.partitioners._sfc_numba.hilbert_kernel`).
+    table look-up (:func:`~meshshard.partitioners._kernels.sfc_keys.hilbert_kernel`).
     """
     x, y, z = _axes(grid)
     return hilbert_kernel(x, y, z, len(grid) * bits, *_walk_steps(len(grid), bits))

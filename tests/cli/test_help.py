@@ -67,7 +67,7 @@ def test_quiet_is_accepted_by_every_command_and_keeps_the_result_line(tmp_path, 
 
 def test_every_partitioning_command_offers_every_partitioner(capsys):
     """Every command with -m/--method takes its choices from the one partitioner registry."""
-    from meshshard.partitioners.partitioners import PARTITIONERS
+    from meshshard.partitioners.registry import PARTITIONERS
 
     for argv in (["partition", "--help"], ["demo", "--help"], ["preprocess", "--help"], ["predict", "--help"],
                  ["plot", "--help"]):

@@ -3,17 +3,14 @@ import numpy as np
 import pytest
 import torch
 
-import meshshard as ms
 from meshshard.partitioners import Partition, partition, partition_quality
-from meshshard.partitioners import _refine_numba as K
+from meshshard.partitioners._kernels.candidates import boundary_candidates
+from meshshard.partitioners._kernels.components import label_components, repair_components
+from meshshard.partitioners._kernels.csr import cut_weight
+from meshshard.partitioners._kernels.fm import fm_refine
 from meshshard.partitioners.multilevel import _csr, multilevel_refine, part_components
 from tests.conftest import MESH_FILES
-from tests.partitioners._meshes import partition_of
-
-
-def _mesh(data_dir, name):
-    mesh = ms.read_mesh(data_dir / name)
-    return np.asarray(mesh.points), mesh.edge_index().numpy()
+from tests.partitioners._meshes import grid_graph, load_drivaer, load_mesh, mesh_arrays, partition_of
 
 
 def _cut(assign, ei):
@@ -36,7 +33,7 @@ def test_unweighted_graph_refines_as_unit_weights(data_dir):
     # an unweighted graph takes its own path: one 1.0 read through a zero stride as every edge's weight, and the
     # finest level's matching and contraction read no weights; it must refine exactly as explicit weights of 1
     # (the general path), for a mesh's edge_index (already a CSR) and for one direction of it in shuffled order
-    pts, ei = _mesh(data_dir, "rae2822_turb.su2")
+    pts, ei = mesh_arrays(data_dir, "rae2822_turb.su2")
     n = pts.shape[0]
     data = _csr(ei, n, None)[2]
     assert data.strides == (0,) and not data.flags.writeable and data.shape == (ei.shape[1],) and data[0] == 1.0
@@ -48,41 +45,10 @@ def test_unweighted_graph_refines_as_unit_weights(data_dir):
         assert _cut(got, ei)["edge_cut"] < _cut(plain, ei)["edge_cut"]
 
 
-def test_coarsening_keeps_parts_and_cut(data_dir):
-    pts, ei = _mesh(data_dir, "rae2822_turb.su2")
-    n = pts.shape[0]
-    assign = partition(pts, 7, "hilbert", refine=False).assignment.numpy()
-    indptr, indices, data = _csr(ei, n, None)
-    cmap, nc, mate = K.match_in_parts(indptr, indices, data, np.ones(n), assign, 2.0, 0)
-    assert nc < 0.75 * n  # it really coarsens
-    assert np.array_equal(mate[mate], np.arange(n)) and np.array_equal(cmap[mate], cmap)  # a matching
-    ca = np.empty(nc, dtype=np.int64)
-    ca[cmap] = assign
-    assert np.array_equal(ca[cmap], assign)  # every cluster inside one part
-    cp, ci, cd, cw = K.contract(indptr, indices, data, np.ones(n), cmap, mate, nc)
-    assert cw.sum() == n and cw.max() <= 2.0 and cd.sum() == data.sum() - 2 * (n - nc)
-    # the coarse adjacency is P^T A P without its diagonal (P: the [n, nc] one-hot of cmap)
-    import scipy.sparse as sp
-    fine = sp.csr_matrix((data, indices, indptr), shape=(n, n))
-    proj = sp.csr_matrix((np.ones(n), (np.arange(n), cmap)), shape=(n, nc))
-    want = (proj.T @ fine @ proj).tolil()
-    want.setdiag(0)
-    got = sp.csr_matrix((cd, ci, cp), shape=(nc, nc))
-    assert abs(got - want.tocsr()).max() == 0 and got.nnz == want.tocsr().count_nonzero()
-    # the cut weight of the coarse graph equals the fine edge cut
-    assert K.cut_weight(cp, ci, cd, ca) == _cut(assign, ei)["edge_cut"]
-    # unit: every edge weighs 1 whatever data holds (the finest level of an unweighted graph), whole or in ranges
-    unit = K.contract(indptr, indices, 7.0 * data, np.ones(n), cmap, mate, nc, True)
-    assert all(np.array_equal(x, y) for x, y in zip(unit, (cp, ci, cd, cw)))
-    halves = [K.contract_range(indptr, indices, 7.0 * data, np.ones(n), cmap, mate, nc, lo, hi, True)
-              for lo, hi in ((0, n // 2), (n // 2, n))]
-    assert np.array_equal(np.concatenate([halves[0][2], halves[1][2]]), cd)
-
-
 @pytest.mark.parametrize("name", MESH_FILES)
 @pytest.mark.parametrize("method", ["kdtree", "hilbert"])
 def test_refinement_lowers_cut_within_bound(data_dir, name, method):
-    pts, ei = _mesh(data_dir, name)
+    pts, ei = mesh_arrays(data_dir, name)
     plain = partition_of(data_dir, name, method, refine=False).assignment.numpy()
     refined = multilevel_refine(plain, 7, ei, imbalance=1.01)
     q0, q1 = _cut(plain, ei), _cut(refined, ei)
@@ -96,7 +62,7 @@ def test_refinement_lowers_cut_within_bound(data_dir, name, method):
 
 
 def test_weighted_bound_and_one_direction_edges(data_dir):
-    pts, ei = _mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    pts, ei = mesh_arrays(data_dir, "cylinder_crossflow_re35.vtu")
     n = pts.shape[0]
     w = 1.0 + (np.arange(n) % 5)
     plain = partition(pts, 5, "kdtree", weights=w, refine=False).assignment.numpy()
@@ -110,7 +76,7 @@ def test_weighted_bound_and_one_direction_edges(data_dir):
 
 
 def test_an_overweight_input_is_rebalanced(data_dir):
-    pts, ei = _mesh(data_dir, "naca0012_inviscid.su2")
+    pts, ei = mesh_arrays(data_dir, "naca0012_inviscid.su2")
     n = pts.shape[0]
     assign = partition(pts, 4, "kdtree", refine=False).assignment.numpy()
     heavy = np.flatnonzero(assign == 1)[:200]
@@ -120,7 +86,7 @@ def test_an_overweight_input_is_rebalanced(data_dir):
 
 
 def test_same_seed_same_result_other_seed_other_matching(data_dir):
-    pts, ei = _mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    pts, ei = mesh_arrays(data_dir, "cylinder_crossflow_re35.vtu")
     plain = partition(pts, 6, "morton", refine=False).assignment.numpy()
     a, b = multilevel_refine(plain, 6, ei, seed=3), multilevel_refine(plain.copy(), 6, ei, seed=3)
     assert np.array_equal(a, b)
@@ -135,7 +101,7 @@ def test_a_start_computed_beside_the_coarsening_gives_the_same_parts(data_dir, m
     # computed: the parts must equal those of the same start given as an array, and of one thread
     from meshshard.partitioners import _concurrent
 
-    pts, ei = _mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    pts, ei = mesh_arrays(data_dir, "cylinder_crossflow_re35.vtu")
     n = pts.shape[0]
     plain = partition(pts, 5, "hilbert", refine=False).assignment.numpy()
     monkeypatch.setattr(_concurrent, "second_cpu", lambda: True)
@@ -175,14 +141,14 @@ def test_a_waiting_caller_contracts_half_of_a_large_level(data_dir, monkeypatch)
     import meshshard.partitioners.multilevel as ML
     from meshshard.partitioners._concurrent import HelpedHandoff
 
-    pts, ei = _mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    pts, ei = mesh_arrays(data_dir, "cylinder_crossflow_re35.vtu")
     n = pts.shape[0]
     indptr, indices, data = _csr(ei, n, None)
     vw = np.ones(n)
     alone = ML._hierarchy(indptr, indices, data, vw, None, 5, 1.1 * n / 5, 3, True)
     monkeypatch.setattr(ML, "_SPLIT_NNZ", 1000)
     ran_by, caller_ran = [], threading.Event()
-    real_range = ML.K.contract_range
+    real_range = ML.contract_range
 
     def spy(*a):
         ran_by.append(threading.current_thread().name)
@@ -192,7 +158,7 @@ def test_a_waiting_caller_contracts_half_of_a_large_level(data_dir, monkeypatch)
             caller_ran.set()
         return real_range(*a)
 
-    monkeypatch.setattr(ML.K, "contract_range", spy)
+    monkeypatch.setattr(ML, "contract_range", spy)
     helped = HelpedHandoff(helped=True)
     worker = threading.Thread(target=lambda: helped.put(ML._hierarchy(indptr, indices, data, vw, None, 5, 1.1 * n / 5, 3,
                                                                         True, helped)), name="coarsening")
@@ -212,7 +178,7 @@ def test_the_csr_is_built_beside_the_start_and_its_errors_reach_the_caller(data_
     # waiting for the CSR stop.
     from meshshard.partitioners import _concurrent
 
-    pts, ei = _mesh(data_dir, "naca0012_inviscid.su2")
+    pts, ei = mesh_arrays(data_dir, "naca0012_inviscid.su2")
     n = pts.shape[0]
     plain = partition(pts, 4, "kdtree", refine=False).assignment.numpy()
     out = {}
@@ -253,7 +219,7 @@ def test_more_tries_keep_the_lowest_cut_and_do_not_depend_on_threads(data_dir, m
     import meshshard.partitioners.multilevel as ML
     from meshshard.partitioners import _concurrent
 
-    pts, ei = _mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    pts, ei = mesh_arrays(data_dir, "cylinder_crossflow_re35.vtu")
     n = pts.shape[0]
     plain = partition(pts, 5, "hilbert", refine=False).assignment.numpy()
     indptr, indices, data = _csr(ei, n, None)
@@ -269,12 +235,12 @@ def test_more_tries_keep_the_lowest_cut_and_do_not_depend_on_threads(data_dir, m
     beside = multilevel_refine(plain, 5, ei, seed=0, tries=2, repair=False)
     by_salt = dict(cycles)
     assert sorted(by_salt) == [0, ML._TRY_SALT] and by_salt[ML._TRY_SALT] < by_salt[0]
-    assert K.cut_weight(indptr, indices, data, beside) <= min(by_salt.values()) + 1e-9
+    assert cut_weight(indptr, indices, data, beside) <= min(by_salt.values()) + 1e-9
     monkeypatch.setattr(_concurrent, "second_cpu", lambda: False)
     alone = multilevel_refine(plain, 5, ei, seed=0, tries=2, repair=False)
     assert np.array_equal(beside, alone)
     one = multilevel_refine(plain, 5, ei, seed=0, repair=False)
-    assert K.cut_weight(indptr, indices, data, beside) < K.cut_weight(indptr, indices, data, one)
+    assert cut_weight(indptr, indices, data, beside) < cut_weight(indptr, indices, data, one)
     # through partition(): the same option, the same parts
     monkeypatch.setattr(_concurrent, "second_cpu", lambda: True)
     got = partition(pts, 5, "hilbert", edge_index=ei, refine_tries=2).assignment.numpy()
@@ -294,7 +260,7 @@ def test_more_tries_stop_when_the_start_fails_or_cannot_be_rebalanced(data_dir, 
     from meshshard.partitioners import _concurrent
 
     monkeypatch.setattr(_concurrent, "second_cpu", lambda: True)
-    pts, ei = _mesh(data_dir, "naca0012_inviscid.su2")
+    pts, ei = mesh_arrays(data_dir, "naca0012_inviscid.su2")
     n = pts.shape[0]
 
     def fails():
@@ -317,16 +283,16 @@ def test_the_refined_start_seeds_the_v_cycle_and_competes_with_it(data_dir, monk
     # is kept; a V-cycle that ends above the bound is followed by one matched inside the refined start's parts
     import meshshard.partitioners.multilevel as ML
 
-    pts, ei = _mesh(data_dir, "naca0012_inviscid.su2")
+    pts, ei = mesh_arrays(data_dir, "naca0012_inviscid.su2")
     n = pts.shape[0]
     plain = partition(pts, 4, "kdtree", refine=False).assignment.numpy()
     other = partition(pts, 4, "morton", refine=False).assignment.numpy()
     indptr, indices, data = _csr(ei, n, None)
     assert np.bincount(plain, minlength=4).max() <= 1.01 * n / 4  # no rebalancing changes the input
     fm = plain.copy()
-    fm_cut = K.fm_refine(indptr, indices, data, np.ones(n), fm, 4, 1.01 * n / 4 * (1 + 1e-12), ML._PASSES,
-                         ML._stall(n), ML._MIN_GAIN, 3, *K.boundary_candidates(indptr, indices, fm))
-    assert fm_cut < K.cut_weight(indptr, indices, data, plain)  # FM did refine the start
+    fm_cut = fm_refine(indptr, indices, data, np.ones(n), fm, 4, 1.01 * n / 4 * (1 + 1e-12), ML._PASSES,
+                         ML._stall(n), ML._MIN_GAIN, 3, *boundary_candidates(indptr, indices, fm))
+    assert fm_cut < cut_weight(indptr, indices, data, plain)  # FM did refine the start
     seen = []
 
     def fake(*args, free, **kw):
@@ -347,7 +313,7 @@ def test_the_refined_start_seeds_the_v_cycle_and_competes_with_it(data_dir, monk
     # start wins, repairing it is skipped (it would change nothing); with one CPU it is repaired as before
     from meshshard.partitioners import _concurrent
 
-    assert K.label_components(indptr, indices, fm.astype(np.int32))[1] == 4  # whole parts
+    assert label_components(indptr, indices, fm.astype(np.int32))[1] == 4  # whole parts
     real_repair, repaired = ML._repair, []
     monkeypatch.setattr(ML, "_repair", lambda *a: repaired.append(True) or real_repair(*a))
     for threads in (True, False):
@@ -359,8 +325,8 @@ def test_the_refined_start_seeds_the_v_cycle_and_competes_with_it(data_dir, monk
         assert len(repaired) == (0 if threads and v_cycle != "lower" else 1)
     # a refined start in pieces is repaired when it wins
     monkeypatch.setattr(_concurrent, "second_cpu", lambda: True)
-    real_label = ML.K.label_components
-    monkeypatch.setattr(ML.K, "label_components", lambda *a: (lambda lab, c: (lab, c + 1))(*real_label(*a)))
+    real_label = ML.label_components
+    monkeypatch.setattr(ML, "label_components", lambda *a: (lambda lab, c: (lab, c + 1))(*real_label(*a)))
     repaired.clear()
     multilevel_refine(plain, 4, ei)
     assert len(repaired) == 1
@@ -380,8 +346,8 @@ def test_coarsest_level_prefers_connected_parts(monkeypatch):
                                                     [1, 0, 0, 1, 1, 0, 0, 1]))
     fake_cut = {tuple(halves): 10.0, tuple(split): 4.0, tuple(split2): 6.0}
     merged_cut = [12.0]  # FM's rating of any other parts (the merged try's)
-    monkeypatch.setattr(ML.K, "fm_refine", lambda *args: fake_cut.get(tuple(args[4]), merged_cut[0]))
-    monkeypatch.setattr(ML.K, "grow_parts", lambda *args: split.copy())
+    monkeypatch.setattr(ML, "fm_refine", lambda *args: fake_cut.get(tuple(args[4]), merged_cut[0]))
+    monkeypatch.setattr(ML, "grow_parts", lambda *args: split.copy())
     tried = []
     real_try = ML._coarsest_try
     monkeypatch.setattr(ML, "_coarsest_try", lambda g, start, *a: tried.append(start.copy()) or real_try(g, start, *a))
@@ -390,13 +356,13 @@ def test_coarsest_level_prefers_connected_parts(monkeypatch):
     assert len(tried) == 4 and np.array_equal(tried[3], split)  # the merge starts from the lowest cut in pieces
     merged_cut[0] = 8.0
     got, _ = ML._coarsest(g, halves.copy(), 2, 4.04, 8.0, 0, grow=True)
-    assert K.label_components(g[0], g[1], got)[1] == 2 and not np.array_equal(got, halves)  # merged, whole
+    assert label_components(g[0], g[1], got)[1] == 2 and not np.array_equal(got, halves)  # merged, whole
     monkeypatch.setattr(ML, "_coarsest_try", real_try)
     merged_cut[0] = 12.0
     got, _ = ML._coarsest(g, split2.copy(), 2, 4.04, 8.0, 0, grow=True)  # every try in pieces
-    assert K.label_components(g[0], g[1], got)[1] == 2 and np.bincount(got).max() <= 5  # merged, rebalanced
+    assert label_components(g[0], g[1], got)[1] == 2 and np.bincount(got).max() <= 5  # merged, rebalanced
     assert not np.array_equal(got, split)
-    monkeypatch.setattr(ML.K, "repair_components", lambda *args: 0)  # nothing merges: the forced try stays split
+    monkeypatch.setattr(ML, "repair_components", lambda *args: 0)  # nothing merges: the forced try stays split
     got, _ = ML._coarsest(g, split2.copy(), 2, 4.04, 8.0, 0, grow=True)
     assert np.array_equal(got, split)
 
@@ -406,7 +372,7 @@ def test_first_coarsest_level_tries_recursive_bisection(monkeypatch, data_dir):
     # cuts least; the in-part cycles do not call it
     import meshshard.partitioners.multilevel as ML
 
-    pts, ei = _mesh(data_dir, "rae2822_turb.su2")
+    pts, ei = mesh_arrays(data_dir, "rae2822_turb.su2")
     n = pts.shape[0]
     start = partition(pts, 7, "hilbert", refine=False).assignment.numpy()
     calls = []
@@ -424,7 +390,7 @@ def test_first_coarsest_level_tries_recursive_bisection(monkeypatch, data_dir):
     ring = np.array([np.arange(8), (np.arange(8) + 1) % 8])
     g = (*_csr(ring, 8, None), np.ones(8))
     halves, quarters = np.array([0, 0, 0, 0, 1, 1, 1, 1]), np.array([1, 1, 0, 0, 0, 0, 1, 1])
-    monkeypatch.setattr(ML.K, "fm_refine", lambda *args: 2.0 if np.array_equal(args[4], quarters) else 5.0)
+    monkeypatch.setattr(ML, "fm_refine", lambda *args: 2.0 if np.array_equal(args[4], quarters) else 5.0)
     monkeypatch.setattr(ML, "bisect_parts", lambda *args: quarters.copy())
     assert np.array_equal(ML._coarsest(g, halves.copy(), 2, 4.04, 8.0, 0, grow=True, bisect=True)[0], quarters)
     assert np.array_equal(ML._coarsest(g, halves.copy(), 2, 4.04, 8.0, 0, grow=True, bisect=False)[0], halves)
@@ -435,33 +401,6 @@ def test_trivial_inputs():
     a = np.array([0, 1, 1, 0])
     assert np.array_equal(multilevel_refine(a, 2, ei), a)
     assert np.array_equal(multilevel_refine(np.zeros(4, dtype=np.int64), 1, np.array([[0], [1]])), np.zeros(4))
-
-
-def test_component_labels_match_scipy_per_part(data_dir):
-    """Union-find labels: the components of each part's induced subgraph, numbered by smallest node id."""
-    import scipy.sparse as sp
-    from scipy.sparse.csgraph import connected_components
-
-    pts, ei = _mesh(data_dir, "rae2822_turb.su2")
-    n = pts.shape[0]
-    indptr, indices, _ = _csr(ei, n, None)
-    rng = np.random.default_rng(5)
-    one_way = ei[:, ei[0] > ei[1]]  # the edge-list kernel takes either direction alone, in any order
-    one_way = one_way[:, rng.permutation(one_way.shape[1])]
-    for assign in (partition(pts, 5, "morton", refine=False).assignment.numpy(), rng.integers(0, 3, n)):
-        keep = assign[ei[0]] == assign[ei[1]]
-        inside = sp.coo_matrix((np.ones(keep.sum()), (ei[0][keep], ei[1][keep])), shape=(n, n))
-        want_count, want = connected_components(inside, directed=False)
-        _, first = np.unique(want, return_index=True)  # renumber scipy's labels by smallest node id
-        order = np.empty(want_count, dtype=np.int64)
-        order[np.argsort(first)] = np.arange(want_count)
-        for label, count in (K.label_components(indptr, indices, assign),
-                             K.label_components_edges(one_way[0], one_way[1], assign),
-                             K.label_components_edges(ei[1], ei[0], assign)):
-            assert count == want_count and np.array_equal(label, order[want])
-        assert count > assign.max() + 1  # both starts split some part: the check sees more than one piece per part
-        pieces = part_components(assign, one_way, int(assign.max()) + 1)
-        assert np.array_equal(pieces, np.bincount(assign[first], minlength=int(assign.max()) + 1))
 
 
 def test_part_components_rejects_bad_edges():
@@ -491,7 +430,7 @@ def test_a_part_split_in_two_large_pieces_is_made_whole():
     indptr, indices, data = _csr(ei, n, None)
     bound = 1.01 * n / 3
     plain = split.copy()
-    assert K.repair_components(indptr, indices, data, np.ones(n), plain, 3, bound) == 1
+    assert repair_components(indptr, indices, data, np.ones(n), plain, 3, bound) == 1
     out = _repair(indptr, indices, data, np.ones(n), split.copy(), 3, bound, 0)
     q, q0 = _cut(out, ei), _cut(split, ei)
     assert q0["disconnected_parts"] == 1 and q["disconnected_parts"] == 0
@@ -518,6 +457,142 @@ def test_forced_repair_keeps_the_input_when_the_graph_is_split_or_the_cut_grows(
     two = np.concatenate([a_ei, b_ei + 100], axis=1)
     assign = np.r_[np.zeros(50), np.ones(50), np.zeros(20)].astype(np.int64)
     indptr, indices, data = _csr(two, 120, None)
-    assert K.repair_components(indptr, indices, data, np.ones(120), assign.copy(), 2, 71.0) == 1
+    assert repair_components(indptr, indices, data, np.ones(120), assign.copy(), 2, 71.0) == 1
     out = ML._repair(indptr, indices, data, np.ones(120), assign.copy(), 2, 71.0, 0)
     assert np.array_equal(out, assign)
+
+
+@pytest.mark.parametrize("name", MESH_FILES)
+@pytest.mark.parametrize("method", ["kdtree", "morton", "hilbert"])
+def test_refinement_lowers_cut_keeps_bound(data_dir, name, method):
+    pts, ei = load_mesh(data_dir, name)
+    plain = partition_of(data_dir, name, method, refine=False)
+    assert plain == partition(pts, 7, method)  # refine=False ignores the graph
+    ref = partition_of(data_dir, name, method)
+    q0, q1 = partition_quality(plain, ei), partition_quality(ref, ei)
+    assert q1["edge_cut"] < q0["edge_cut"]
+    assert q1["imbalance"] <= 1.01 + 1e-12
+    assert min(ref.sizes) > 0
+
+
+def test_refinement_weighted_and_custom_bound(data_dir):
+    pts, ei = load_mesh(data_dir, "rae2822_turb.su2")
+    w = 1.0 + np.random.default_rng(0).random(pts.shape[0])
+    for imb in (1.001, 1.05):
+        ref = partition(pts, 5, "hilbert", edge_index=ei, weights=w, imbalance=imb)
+        q = partition_quality(ref, ei)
+        assert q["imbalance"] <= max(imb, partition_quality(partition(pts, 5, "hilbert", weights=w), ei, w)["imbalance"]) + 1e-12
+    a = partition_quality(partition(pts, 5, "hilbert", edge_index=ei, imbalance=1.05), ei)["edge_cut"]
+    b = partition_quality(partition(pts, 5, "hilbert", edge_index=ei, imbalance=1.001), ei)["edge_cut"]
+    assert a <= b  # a looser bound leaves more room for moves
+
+
+def test_refinement_repairs_a_bad_ring_partition_and_respects_edge_weights():
+    # a ring of 40 nodes split into alternating blocks of 3: refinement lowers the cut
+    n = 40
+    ring = np.stack([np.arange(n), (np.arange(n) + 1) % n])
+    start = (np.arange(n) // 3) % 2
+    out = multilevel_refine(start, 2, ring, imbalance=1.2)
+    cut = lambda a, w=None: float(((a[ring[0]] != a[ring[1]]) * (1 if w is None else w)).sum())  # noqa: E731
+    assert cut(out) < cut(start)
+    assert np.bincount(out, minlength=2).max() <= 1.2 * n / 2
+    # with one very heavy edge, the refined partition does not cut it
+    w = np.ones(n)
+    w[7] = 1000.0
+    out = multilevel_refine(start, 2, ring, edge_weights=w, imbalance=1.2)
+    assert out[ring[0, 7]] == out[ring[1, 7]]
+    assert cut(out, w) < cut(start, w)
+
+
+def test_refinement_on_drivaer_knn(data_dir):
+    pts, ei = load_drivaer(data_dir)
+    plain = partition(pts, 7, "morton")
+    ref = partition(torch.from_numpy(pts), 7, "morton", edge_index=ei)
+    assert partition_quality(ref, ei)["edge_cut"] < partition_quality(plain, ei)["edge_cut"]
+    assert partition_quality(ref, ei)["imbalance"] <= 1.01 + 1e-12
+
+
+def test_repair_merges_a_split_part_into_its_neighbour():
+    from meshshard.partitioners import Partition
+
+    ei, xy = grid_graph(10)
+    a = (xy[:, 1] >= 5).astype(np.int64)  # left half 0, right half 1
+    island = np.flatnonzero((xy[:, 0] == 2) & (xy[:, 1] >= 7) & (xy[:, 1] <= 8))
+    a[island] = 0  # a 2-node piece of part 0 inside part 1
+    assert partition_quality(Partition(torch.from_numpy(a), 2), ei)["disconnected_parts"] == 1
+    out = multilevel_refine(a, 2, ei, imbalance=1.1)
+    q = partition_quality(Partition(torch.from_numpy(out), 2), ei)
+    assert q["disconnected_parts"] == 0 and q["imbalance"] <= 1.1
+    assert q["edge_cut"] <= 12  # the island (6 cut edges) is gone; a straight cut has 10
+
+
+_FAMILY_BOUND = {"kdtree": 1.3, "hilbert": 1.4}
+
+
+@pytest.mark.parametrize("name", ["hex block (graded)", "shell (prism)", "bodies (2D tri)", "mixed (hex+prism)"])
+def test_refined_cut_near_metis_on_unseen_geometries(name):
+    from meshshard.datasets.gmsh_meshes import GMSH_FAMILY
+
+    mesh = GMSH_FAMILY[name](8000)
+    pts, ei = mesh.points, mesh.edge_index()
+    metis = partition_quality(partition(pts, 7, "graph", edge_index=ei), ei)["edge_cut"]
+    for method, bound in _FAMILY_BOUND.items():
+        ref = partition(pts, 7, method, edge_index=ei)
+        q = partition_quality(ref, ei)
+        assert q["edge_cut"] <= bound * metis, (method, q["edge_cut"] / metis)
+        assert q["imbalance"] <= 1.01 + 1e-12
+        assert ref == partition(pts, 7, method, edge_index=ei)  # deterministic
+
+
+def test_refined_parts_are_connected_on_the_branching_vessel():
+    # hilbert's refined partition of this mesh (7,489 nodes, seed 0) once kept a part in two large pieces that
+    # could not merge within the bound; repairing now merges them anyway and rebalances
+    from meshshard.datasets.gmsh_meshes import GMSH_FAMILY
+
+    mesh = GMSH_FAMILY["vessel (tet)"](10000)
+    pts, ei = mesh.points, mesh.edge_index()
+    for method in ("kdtree", "hilbert", "morton"):
+        q = partition_quality(partition(pts, 7, method, edge_index=ei), ei)
+        assert q["disconnected_parts"] == 0 and q["imbalance"] <= 1.01 + 1e-12, (method, q)
+
+
+def test_zero_weight_edges_list_their_part_once():
+    # zero-weight edges once listed a part per edge in a scratch array of P entries (overrun when
+    # a node had more than P such edges); now each part is listed once per node
+    ei, xy = grid_graph(12)
+    w = np.where(np.arange(ei.shape[1]) % 3 == 0, 0.0, 1.0)
+    start = (xy[:, 0] >= 6).astype(np.int64)
+    for seed in range(3):
+        out = multilevel_refine(start, 2, ei, edge_weights=w, imbalance=1.05, seed=seed)
+        assert np.bincount(out, minlength=2).max() <= 1.05 * 72
+        cut = lambda a: float(w[a[ei[0]] != a[ei[1]]].sum())  # noqa: E731
+        assert cut(out) <= cut(start)
+
+
+def test_rebalance_passes_excess_through_full_parts():
+    # a path in 7 blocks: the excess of the last part must cross 5 full parts to reach the first
+    # (a rule letting parts trade weight both ways ended at loads 99, 100, 101, ...: bound missed)
+    sizes = [90, 100, 100, 100, 100, 100, 110]
+    n = sum(sizes)
+    path = np.stack([np.arange(n - 1), np.arange(1, n)])
+    out = multilevel_refine(np.repeat(np.arange(7), sizes), 7, path, imbalance=1.0)
+    assert np.bincount(out, minlength=7).tolist() == [100] * 7
+    assert int((out[path[0]] != out[path[1]]).sum()) == 6
+
+
+def test_refined_cut_on_a_lexicographically_numbered_hex_lattice():
+    # a structured grid numbered axis by axis: visiting nodes in id order matched each node with its next
+    # neighbour along the sweep, and hilbert's refined cut of this lattice was 1.01-1.16x METIS's over seeds
+    # 0-3 (1.22x on a 64 x 32 x 16 one); with the strided visit it is 0.94-0.99x (kdtree's planar cuts: 0.95-0.96x either way)
+    nx, ny, nz = 48, 24, 12
+    pts = np.stack(np.meshgrid(np.linspace(0, 4, nx), np.linspace(0, 2, ny), np.linspace(0, 1, nz),
+                               indexing="ij"), -1).reshape(-1, 3)
+    idx = np.arange(nx * ny * nz).reshape(nx, ny, nz)
+    e = np.concatenate([np.stack([idx[:-1].ravel(), idx[1:].ravel()]), np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()]),
+                        np.stack([idx[:, :, :-1].ravel(), idx[:, :, 1:].ravel()])], axis=1)
+    ei = np.concatenate([e, e[::-1]], axis=1)
+    metis = partition_quality(partition(pts, 7, "graph", edge_index=ei), ei)["edge_cut"]
+    for method in ("kdtree", "hilbert"):
+        for seed in range(4):
+            q = partition_quality(partition(pts, 7, method, edge_index=ei, seed=seed), ei)
+            assert q["edge_cut"] <= 1.06 * metis and q["imbalance"] <= 1.01 + 1e-12, (method, seed, q["edge_cut"] / metis)

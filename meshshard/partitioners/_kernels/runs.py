@@ -1,19 +1,16 @@
-"""Compiled (numba) weight-balanced cuts: the starts of ``"kdtree"`` and the curve methods in a few calls.
+"""Compiled (numba) weight-balanced runs of a 1-D order: the cuts of the curve methods and of the bucketed sort.
 
-At ~10k points the numpy passes these replace took 0.4-0.7 ms per start (2 shared cores), mostly per-call
-overhead (a dozen numpy calls per bisection or per cut), on the path before refinement can begin, and
-they held the GIL between calls while :func:`~meshshard.partitioners.multilevel.multilevel_refine`'s
-second thread coarsens. The results are those of the numpy passes bit for bit: the same sums in the
-same order, the same ``(value, id)`` order. The selection itself stays numpy's ``np.partition``
-(numba's was 5-10x slower at 10k-100k values).
+:func:`~meshshard.partitioners._runs.balanced_runs` calls these: cut the ``(value, id)`` order where the prefix
+weight is nearest each target, sorting only the buckets a cut falls in. The results are those of the numpy
+passes they replaced bit for bit: the same sums in the same order, the same ``(value, id)`` order.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from meshshard.partitioners._jit import njit
+from meshshard.partitioners._kernels.jit import njit
 
-__all__ = ["bucketed_runs", "enforce_min_sizes", "nearest_prefixes", "split_at", "widest_axis_values"]
+__all__ = ["bucketed_runs", "enforce_min_sizes", "nearest_prefixes"]
 
 
 @njit(cache=True, inline="always")
@@ -56,7 +53,7 @@ def enforce_min_sizes(pos, run_min, n):
 @njit(cache=True, nogil=True)
 def bucketed_runs(values, weights, targets, run_min, bucket, num_buckets):
     """Run id of every item, the items ordered by ``(value, id)`` and cut at the prefix weights nearest
-    ``targets``, sorting only the buckets a cut falls in (see :mod:`meshshard.partitioners._cuts`).
+    ``targets``, sorting only the buckets a cut falls in (see :mod:`meshshard.partitioners._runs`).
 
     Args:
         values: ``[n]`` sort keys.
@@ -143,69 +140,3 @@ def bucketed_runs(values, weights, targets, run_min, bucket, num_buckets):
         for q in range(first[s + 1] - first[s]):
             run[members[first[s] + q]] = np.searchsorted(fixed, cum_n[b] + q, side="right")
     return run, True
-
-
-@njit(cache=True, nogil=True)
-def widest_axis_values(coords, half, idx, start, end):
-    """The coordinates of the box ``idx[start:end]`` along the axis of its largest extent (the first on ties),
-    in ``idx`` order: the values one cut of recursive coordinate bisection orders by.
-
-    Args:
-        coords: float ``[d, N]`` coordinates, one row per axis.
-        half: ``0.5`` as a 0-d array of ``coords``' dtype: the extents are computed in that dtype (float32
-            points: in float32, as :func:`~meshshard.ops.partition.partition_distributed` does).
-        idx: int64 ``[N]`` node ids, boxes as ranges.
-        start, end: the box's range of ``idx`` (at least one node).
-
-    Returns:
-        ``[end - start]`` values of ``coords``' dtype.
-    """
-    m = end - start
-    h = half[()]
-    axis, widest = 0, -1.0
-    for a in range(coords.shape[0]):
-        lo = hi = coords[a, idx[start]]
-        for i in range(start + 1, end):
-            x = coords[a, idx[i]]
-            lo = min(lo, x)
-            hi = max(hi, x)
-        extent = hi * h - lo * h  # halves: no overflow near 1e308
-        if extent > widest:
-            axis, widest = a, extent
-    v = np.empty(m, dtype=coords.dtype)
-    for i in range(m):
-        v[i] = coords[axis, idx[start + i]]
-    return v
-
-
-@njit(cache=True, nogil=True)
-def split_at(v, pivot, idx, start, end, count):
-    """Reorder the box ``idx[start:end]`` in place so that its ``count`` nodes first in ``(value, id)`` order
-    come first, each side keeping its order; ``v``: the box's values in ``idx`` order, ``pivot``: the
-    ``count``-th smallest of them (``np.partition``, which is linear time and ~5x faster than numba's)."""
-    m = end - start
-    below, tied = 0, 0
-    for i in range(m):
-        if v[i] < pivot:
-            below += 1
-        elif v[i] == pivot:
-            tied += 1
-    need = count - below  # >= 1: the pivot is the count-th value
-    max_id = np.iinfo(np.int64).max  # tied nodes go left up to this id: the `need` smallest ids
-    if need < tied:
-        tied_ids = np.empty(tied, dtype=np.int64)
-        t = 0
-        for i in range(m):
-            if v[i] == pivot:
-                tied_ids[t] = idx[start + i]
-                t += 1
-        max_id = np.sort(tied_ids)[need - 1]
-    seg = idx[start:end].copy()
-    left, right = start, start + count
-    for i in range(m):
-        if v[i] < pivot or (v[i] == pivot and seg[i] <= max_id):
-            idx[left] = seg[i]
-            left += 1
-        else:
-            idx[right] = seg[i]
-            right += 1

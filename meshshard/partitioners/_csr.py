@@ -5,7 +5,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from meshshard.partitioners._jit import njit
+from meshshard.partitioners._kernels.csr import indptr_if_symmetric_csr
 
 __all__ = ["undirected_pairs", "symmetric_csr", "csr_view", "graph_csr"]
 
@@ -67,44 +67,6 @@ def symmetric_csr(lo: np.ndarray, hi: np.ndarray, w: Optional[np.ndarray], num_n
     return indptr, indices, data
 
 
-@njit(cache=True, nogil=True)  # multilevel_refine checks the CSR on a second thread beside the start
-def _indptr_if_symmetric_csr(src, dst, n):
-    """``(indptr, True)`` when ``(src, dst)`` lists a symmetric CSR row by row, else ``(_, False)``.
-
-    One pass checks ids in ``[0, n)``, rows ascending, neighbours strictly ascending inside a row
-    and no self loop (so no repeats) while counting the rows. A second walks the ``u < v`` entries
-    in row order: their reverses ``(v, u)`` must be the leading ``u < v`` part of row ``v`` in the same
-    order, so one cursor per row checks each with a single read (a binary search per entry took
-    about 3x as long on a mesh numbered without locality). Equal counts of ``u < v`` and ``u > v``
-    entries then make the map ``(u, v) -> (v, u)`` onto: every entry has its reverse. No ``[E]``
-    temporaries.
-    """
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    below = 0
-    for i in range(src.shape[0]):
-        u, v = src[i], dst[i]
-        if u == v or u < 0 or v < 0 or u >= n or v >= n or \
-                (i > 0 and (u < src[i - 1] or (u == src[i - 1] and v <= dst[i - 1]))):
-            return indptr, False
-        indptr[u + 1] += 1
-        if u < v:
-            below += 1
-    if 2 * below != src.shape[0]:
-        return indptr, False
-    for u in range(n):
-        indptr[u + 1] += indptr[u]
-    cursor = indptr[:-1].copy()  # next entry of each row that must be a reverse
-    for i in range(src.shape[0]):
-        u, v = src[i], dst[i]
-        if u > v:
-            continue
-        k = cursor[v]
-        if k == indptr[v + 1] or dst[k] != u:
-            return indptr, False
-        cursor[v] = k + 1
-    return indptr, True
-
-
 def csr_view(edge_index: np.ndarray, num_nodes: int) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     """The symmetric CSR of a graph that is already one in edge-list form, without copying it.
 
@@ -124,7 +86,7 @@ def csr_view(edge_index: np.ndarray, num_nodes: int) -> Optional[Tuple[np.ndarra
     """
     src = np.ascontiguousarray(edge_index[0], dtype=np.int64)
     dst = np.ascontiguousarray(edge_index[1], dtype=np.int64)
-    indptr, ok = _indptr_if_symmetric_csr(src, dst, int(num_nodes))
+    indptr, ok = indptr_if_symmetric_csr(src, dst, int(num_nodes))
     return (indptr, dst) if ok else None
 
 

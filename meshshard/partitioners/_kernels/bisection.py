@@ -3,7 +3,7 @@
 Each bisection grows one side breadth-first from a seed until it holds its share of the weight,
 refines the two sides with 2-way Fiduccia-Mattheyses passes, keeps the lowest cut of a few seeds and
 recurses into both sides, as METIS partitions its coarsest graph. Unlike parts grown all at once out
-of the geometric start (:func:`~meshshard.partitioners._refine_numba.grow_parts`), these follow the
+of the geometric start (:func:`~meshshard.partitioners._kernels.grow.grow_parts`), these follow the
 graph alone, so the coarsest level gets a start of another kind to choose from. Sequential with
 hashed seeds: the same graph and salt give the same parts.
 """
@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from meshshard.partitioners._jit import njit
-from meshshard.partitioners._refine_numba import _list_around, _mix, _pop, _push
+from meshshard.partitioners._kernels.jit import njit
+from meshshard.partitioners._kernels.candidates import list_around
+from meshshard.partitioners._kernels.heap import heap_pop, heap_push
+from meshshard.partitioners._kernels.tiebreak import mix
 
 __all__ = ["bisect_parts"]
 
 #: the sides of a bisection may exceed their share of the weight by this fraction before the k-way levels
 #: rebalance (coarse nodes are heavy; a tight bound leaves FM no room)
 _BISECT_SLACK = 0.05
-#: FM passes and the stall limit of each bisection's refinement (measured on the gmsh family, seeds 0-5: 2 and 8
-#: gave the same mean refined cut as 4 and 16, in 0.6x the time of the bisections)
+#: FM passes and the stall limit of each bisection's refinement (more gave no better refined cut on the gmsh family,
+#: for more time)
 _BISECT_PASSES, _BISECT_STALL = 2, 8
 
 
@@ -65,7 +67,7 @@ def _peripheral(s_ptr, s_idx, m, start, seen, queue):
     while head < tail:
         u = queue[head]
         head += 1
-        tail = _list_around(u, s_ptr, s_idx, seen, queue, tail)  # u is seen: its unseen neighbours
+        tail = list_around(u, s_ptr, s_idx, seen, queue, tail)  # u is seen: its unseen neighbours
     return queue[tail - 1]
 
 
@@ -82,7 +84,7 @@ def _grow_side(s_ptr, s_idx, s_vw, m, seed, target, side, seen, queue, salt):
     seen[seed] = True
     head, tail = 0, 1
     probe = 0
-    start = np.int64(_mix(1, salt) % np.uint64(m))
+    start = np.int64(mix(1, salt) % np.uint64(m))
     while w0 < target:
         if head == tail:  # the search ran out: a node not reached yet starts another
             while probe < m:
@@ -103,7 +105,7 @@ def _grow_side(s_ptr, s_idx, s_vw, m, seed, target, side, seen, queue, salt):
             continue
         side[u] = 0
         w0 += s_vw[u]
-        tail = _list_around(u, s_ptr, s_idx, seen, queue, tail)  # u is seen: its unseen neighbours
+        tail = list_around(u, s_ptr, s_idx, seen, queue, tail)  # u is seen: its unseen neighbours
 
 
 @njit(cache=True, inline="always")
@@ -158,10 +160,10 @@ def _fm_2way(s_ptr, s_idx, s_dat, s_vw, side, max_w0, max_w1, min_n0, min_n1, pa
         size = 0
         for u in range(m):
             if ext[u] > 0.0:
-                size = _push(hk, ht, hn, size, 2.0 * ext[u] - deg[u], _mix(u, s), u)
+                size = heap_push(hk, ht, hn, size, 2.0 * ext[u] - deg[u], mix(u, s), u)
         nmoves, best_len, cum, best_cum = 0, 0, 0.0, 0.0
         while size > 0:
-            g, u, size = _pop(hk, ht, hn, size)
+            g, u, size = heap_pop(hk, ht, hn, size)
             if locked[u] or g != 2.0 * ext[u] - deg[u]:  # moved, or a stale entry (a fresher one is queued)
                 continue
             src = side[u]
@@ -176,7 +178,7 @@ def _fm_2way(s_ptr, s_idx, s_dat, s_vw, side, max_w0, max_w1, min_n0, min_n1, pa
             for e in range(s_ptr[u], s_ptr[u + 1]):
                 v = s_idx[e]
                 if not locked[v]:
-                    size = _push(hk, ht, hn, size, 2.0 * ext[v] - deg[v], _mix(v, s), v)
+                    size = heap_push(hk, ht, hn, size, 2.0 * ext[v] - deg[v], mix(v, s), v)
             if cum > best_cum + 1e-9:
                 best_cum, best_len = cum, nmoves
             elif nmoves - best_len >= stall:
@@ -207,7 +209,7 @@ def _bisect(s_ptr, s_idx, s_dat, s_vw, k_left, k_right, tries, passes, stall, sa
     best_cut = np.inf
     found = False
     for t in range(tries):
-        s = _mix(t + 7, salt)
+        s = mix(t + 7, salt)
         seed = np.int64(s % np.uint64(m))
         if t == 0:  # first seed: a node at the far end of the graph, as METIS picks
             seed = _peripheral(s_ptr, s_idx, m, seed, seen, queue)

@@ -1,15 +1,15 @@
 """Compiled (numba) space-filling-curve keys: one loop over the points instead of a dozen numpy passes.
 
 The keys are bit for bit those of the numpy passes these loops replaced (:mod:`meshshard.partitioners.sfc`
-builds the Hilbert tables and calls them): on 10k points those passes cost ~1 ms, mostly per-call
-overhead; on 2M points they were memory-bound, a pass per bit-twiddling step.
+builds the Hilbert tables and calls them): on small inputs those passes cost mostly per-call overhead, on
+large ones they were memory-bound, a pass per bit-twiddling step.
 All arithmetic is uint64 (numba turns uint64-with-int64 into float64, so every constant is typed).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from meshshard.partitioners._jit import njit
+from meshshard.partitioners._kernels.jit import njit
 
 __all__ = ["morton_kernel", "hilbert_kernel"]
 
@@ -45,7 +45,7 @@ def _spread2(x):
 @njit(cache=True, nogil=True)
 def _morton_range(x, y, z, b0, b1, out):
     """Morton keys of points ``b0 .. b1 - 1`` into ``out[:b1 - b0]`` (``z`` empty in 2D). The dimension test
-    stays outside the loop: a per-point helper taking the arrays ran 5x slower."""
+    stays outside the loop: a per-point helper taking the arrays is slower."""
     if z.shape[0]:
         for i in range(b0, b1):
             out[i - b0] = _spread3(x[i]) | (_spread3(y[i]) << _U(1)) | (_spread3(z[i]) << _U(2))

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from meshshard.partitioners import _sfc_numba as K
+from meshshard.partitioners._kernels import sfc_keys as K
 from meshshard.partitioners import sfc
 
 

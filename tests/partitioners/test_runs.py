@@ -1,9 +1,9 @@
-"""meshshard.partitioners._cuts.balanced_runs: bucketed cut == sort + prefix-weight cut."""
+"""meshshard.partitioners._runs.balanced_runs: bucketed cut == sort + prefix-weight cut."""
 import numpy as np
 import pytest
 
-from meshshard.partitioners import _cuts
-from meshshard.partitioners._cuts import balanced_runs
+from meshshard.partitioners import _runs
+from meshshard.partitioners._runs import balanced_runs
 from meshshard.partitioners.sfc import hilbert_keys as hilbert_key
 
 
@@ -66,7 +66,7 @@ def test_bucketed_path_equals_full_sort(weighted, monkeypatch):
         full = balanced_runs(values, weights, fractions, run_min)
         assert np.array_equal(fast, full)
     # and the bucketed path really ran (did not fall back to the sort)
-    assert _cuts._bucketed(values, weights, fractions * (weights.sum() if weighted else n), run_min, bucket, 1 << 12) is not None
+    assert _runs._bucketed(values, weights, fractions * (weights.sum() if weighted else n), run_min, bucket, 1 << 12) is not None
 
 
 def test_minimum_sizes_hold_under_extreme_weights():

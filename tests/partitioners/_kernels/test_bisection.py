@@ -1,9 +1,9 @@
-"""meshshard.partitioners._bisect_numba: recursive bisection of the coarsest graph."""
+"""meshshard.partitioners._kernels.bisection: recursive bisection of the coarsest graph."""
 import numpy as np
 import pytest
 
-from meshshard.partitioners import _bisect_numba as B
-from meshshard.partitioners import _refine_numba as K
+from meshshard.partitioners._kernels import bisection as B
+from meshshard.partitioners._kernels.csr import build_csr, cut_weight
 
 
 def _grid(nx, ny, offset=0):
@@ -15,7 +15,7 @@ def _grid(nx, ny, offset=0):
 
 
 def _csr(edges, n):
-    return K.build_csr(edges[0], edges[1], np.ones(edges.shape[1]), n)
+    return build_csr(edges[0], edges[1], np.ones(edges.shape[1]), n)
 
 
 @pytest.mark.parametrize("num_parts", [2, 3, 5, 7, 16])
@@ -39,11 +39,11 @@ def test_bisection_refines_the_grown_side():
     side, seen, queue = np.empty(n, np.int64), np.empty(n, np.bool_), np.empty(n, np.int64)
     corner = B._peripheral(indptr, indices, n, 0, seen, queue)
     B._grow_side(indptr, indices, vw, n, corner, n / 2, side, seen, queue, 0)
-    grown = K.cut_weight(indptr, indices, data, side)
+    grown = cut_weight(indptr, indices, data, side)
     assert (side == 0).sum() == n // 2 and grown >= 40  # a corner triangle of 300 nodes
     parts = B.bisect_parts(indptr, indices, data, vw, 2, 8, 0)
     assert np.bincount(parts).max() <= (1 + B._BISECT_SLACK) * n / 2
-    assert K.cut_weight(indptr, indices, data, parts) < 0.85 * grown
+    assert cut_weight(indptr, indices, data, parts) < 0.85 * grown
 
 
 def test_bisect_parts_balances_weight_not_count():
@@ -87,9 +87,9 @@ def test_fm_2way_lowers_the_cut_within_the_bounds():
     indptr, indices, data = _csr(_grid(16, 16), n)
     vw = np.ones(n)
     side = (np.arange(n) % 2).astype(np.int64)  # a checkerboard of columns: every horizontal edge is cut
-    before = K.cut_weight(indptr, indices, data, side)
+    before = cut_weight(indptr, indices, data, side)
     cut = B._fm_2way(indptr, indices, data, vw, side, 132.0, 132.0, 1, 1, 2, 8, 0)
-    assert cut == K.cut_weight(indptr, indices, data, side) < before
+    assert cut == cut_weight(indptr, indices, data, side) < before
     assert np.bincount(side, minlength=2).max() <= 132
     # a side never drops below its minimum count
     side = np.zeros(n, dtype=np.int64)

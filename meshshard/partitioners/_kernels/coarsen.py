@@ -1,0 +1,220 @@
+"""Compiled (numba) coarsening of the multilevel refinement: heavy-edge matching and contraction.
+
+:func:`match_in_parts` pairs nodes (inside parts, or across them for a hierarchy that does not depend on the
+start), :func:`contract` (or :func:`contract_range`, a range of its rows, for two threads) builds the coarse
+graph of a matching, and :func:`majority_parts` carries a fine partition up to the coarse nodes. Sequential with
+hashed tie-breaks (:func:`~meshshard.partitioners._kernels.tiebreak.mix`): the same input and salt give the same
+hierarchy. They release the GIL: the multilevel refinement coarsens on a second thread.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from meshshard.partitioners._kernels.jit import njit
+from meshshard.partitioners._kernels.csr import group_by_label
+from meshshard.partitioners._kernels.tiebreak import mix
+
+__all__ = ['match_in_parts', 'majority_parts', 'contract', 'contract_range']
+
+
+@njit(cache=True, nogil=True)
+def _coprime_stride(n):
+    """The smallest integer from ``floor(0.618 n)`` up that is coprime to ``n`` (1 for ``n <= 2``).
+
+    ``(first + i * stride) % n`` for ``i < n`` then visits every id once, spread evenly (a Weyl sequence).
+    """
+    if n <= 2:
+        return 1
+    stride = int(0.6180339887498949 * n)
+    while math.gcd(stride, n) != 1:
+        stride += 1
+    return stride
+
+
+@njit(cache=True, nogil=True)  # multilevel coarsens on a second thread
+def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt, unit=False):
+    """Heavy-edge matching restricted to edges inside a part -> ``(cmap [n], nc, mate [n])``.
+
+    Nodes are visited with a stride of about ``0.618 n`` through the ids (every id once) from a salted
+    start, so the visit order does not follow a sweep of the numbering; each unmatched node takes its
+    unmatched neighbour in the same part over the edge of highest weight / (product of the two node
+    weights): light pairs first, so clusters stay even (ties: the smaller hash), if the pair weighs at
+    most ``max_vw``. Coarse node ids follow the smaller fine id of each pair (the fine graph's locality);
+    every cluster lies in one part, so the coarse cut equals the fine cut. ``mate[u]``: the node matched with ``u``
+    (``u`` itself when unmatched), for :func:`contract`. ``cmap`` and ``mate`` have the integer type of ``indices``.
+
+    ``assign`` empty: match across parts (one part). ``unit``: every node and edge weighs 1 (the finest level of
+    an unweighted graph), so the weights are not read; the same matching, without two reads per edge that miss
+    the cache.
+    """
+    n = vw.shape[0]
+    free = assign.shape[0] == 0
+    # visit order: a golden-ratio stride through the ids, from a salted start. In id order, a sweep-like
+    # numbering (a structured grid, lexicographically sorted points) pairs each node with its neighbour one
+    # step on along the sweep: coarse graphs grow stretched and the refined cut is far worse than strided on a
+    # lexicographically numbered lattice. A random order, blocks of ids and 2-hop matching of the leftovers all
+    # did worse on average. The cost: a few more nodes stay unmatched per level, and the visits miss the cache
+    # (blocks of ids with a stride inside each are cheaper but bring back the stretched clusters on a lattice
+    # numbered axis by axis). Ties between equal edges: the smaller hash.
+    first = np.int64(mix(0, salt) % np.uint64(max(n, 1)))
+    stride = _coprime_stride(n)
+    mate = np.full(n, -1, dtype=indices.dtype)  # node ids in the type of indices (int32 from multilevel)
+    u = first
+    for i in range(n):
+        if i > 0:
+            u += stride
+            if u >= n:
+                u -= n
+        if mate[u] >= 0:
+            continue
+        best, best_w, best_h = -1, -1.0, np.uint64(0)
+        au = 0 if free else assign[u]
+        vu = 1.0 if unit else vw[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            v = indices[e]
+            if mate[v] >= 0 or v == u or (not free and assign[v] != au):
+                continue
+            if unit:  # the rating below is 1 for every edge
+                if 2.0 > max_vw:
+                    continue
+                w = 1.0
+            else:
+                vv = vw[v]
+                if vu + vv > max_vw:
+                    continue
+                w = data[e] / (vu * vv) if vu * vv > 0.0 else data[e]
+            if w >= best_w:  # the hash only for a tie or better, once
+                h = mix(v, salt)
+                if w > best_w or h < best_h:
+                    best, best_w, best_h = v, w, h
+        if best >= 0:
+            mate[u] = best
+            mate[best] = u
+        else:
+            mate[u] = u
+    cmap = np.full(n, -1, dtype=indices.dtype)
+    nc = 0
+    for u in range(n):  # ids in node order: the coarse graph keeps the fine graph's locality
+        if cmap[u] < 0:
+            cmap[u] = nc
+            cmap[mate[u]] = nc
+            nc += 1
+    return cmap, nc, mate
+
+
+@njit(cache=True, nogil=True)
+def majority_parts(to_coarse, fine, vw, num_coarse, num_parts):
+    """Each coarse node's part: the one holding most of its fine nodes' weight (ties: the lowest id).
+
+    ``to_coarse`` int64 ``[n]``: each fine node's coarse node; ``fine`` int64 ``[n]``: its part. Returns
+    int64 ``[num_coarse]``. Counting sort by coarse node, then one tally per coarse node over a
+    ``[P]`` scratch: O(n + P), where a dense ``[num_coarse, P]`` table would grow as P^2.
+    """
+    start, members = group_by_label(to_coarse, num_coarse)
+    out = np.zeros(num_coarse, dtype=np.int64)
+    w = np.zeros(num_parts)
+    seen = np.zeros(num_parts, dtype=np.bool_)
+    touched = np.empty(num_parts, dtype=np.int64)
+    for c in range(num_coarse):
+        nt = 0
+        for k in range(start[c], start[c + 1]):
+            u = members[k]
+            p = fine[u]
+            if not seen[p]:
+                seen[p] = True
+                touched[nt] = p
+                nt += 1
+            w[p] += vw[u]
+        best = -1
+        for i in range(nt):
+            p = touched[i]
+            if best < 0 or w[p] > w[best] or (w[p] == w[best] and p < best):
+                best = p
+        for i in range(nt):
+            w[touched[i]] = 0.0
+            seen[touched[i]] = False
+        out[c] = max(best, 0)
+    return out
+
+
+@njit(cache=True, inline="always")
+def _contract_rows(indptr, indices, data, vw, cmap, mate, lo, hi, c_lo, cvw, c_indptr, c_indices, c_data, slot, unit):
+    """Write the coarse rows of the pairs whose first node lies in ``[lo, hi)`` (coarse nodes from ``c_lo`` on) into
+    ``c_indptr[1:]`` (offsets), ``c_indices``, ``c_data`` and ``cvw``; returns the entries written. ``unit``: every
+    edge weighs 1, ``data`` is not read."""
+    pos = 0
+    for first in range(lo, hi):
+        other = mate[first]
+        if other < first:  # the pair's row was written at its first node
+            continue
+        c = cmap[first]
+        row_start = pos
+        cvw[c - c_lo] = vw[first] + (vw[other] if other != first else 0.0)
+        for k in range(2 if other != first else 1):
+            u = first if k == 0 else other
+            for e in range(indptr[u], indptr[u + 1]):
+                d = cmap[indices[e]]
+                if d == c:
+                    continue
+                w = 1.0 if unit else data[e]
+                s = slot[d]
+                if s >= row_start:
+                    c_data[s] += w
+                else:
+                    slot[d] = pos
+                    c_indices[pos] = d
+                    c_data[pos] = w
+                    pos += 1
+        c_indptr[c - c_lo + 1] = pos
+    return pos
+
+
+@njit(cache=True, nogil=True)  # multilevel coarsens on a second thread
+def contract(indptr, indices, data, vw, cmap, mate, nc, unit=False):
+    """Coarse graph of a matching: summed node and edge weights, no self loops.
+
+    ``cmap`` ``[n]``: each node's coarse node, numbered in the order of each pair's first
+    node; ``mate`` ``[n]``: the node matched with each (itself when unmatched), as
+    :func:`match_in_parts` returns them. Pairs are read in node order, so the coarse rows are
+    written in order without sorting nodes by cluster. ``unit``: every edge weighs 1 (the finest level of an
+    unweighted graph), so ``data`` is not read. Returns ``(indptr, indices, data, vw)`` of the coarse graph (``indices`` and ``data`` may be views of
+    larger buffers).
+    """
+    cvw = np.empty(nc)
+    c_indptr = np.zeros(nc + 1, dtype=np.int64)
+    c_indices = np.empty(indices.shape[0], dtype=indices.dtype)  # int32 stays int32
+    c_data = np.empty(indices.shape[0])
+    slot = np.full(nc, -1, dtype=np.int64)  # position of coarse neighbour in the current row
+    pos = _contract_rows(indptr, indices, data, vw, cmap, mate, 0, cmap.shape[0], 0, cvw, c_indptr, c_indices, c_data,
+                         slot, unit)
+    return c_indptr, c_indices[:pos], c_data[:pos], cvw
+
+
+@njit(cache=True, nogil=True)  # the caller contracts one range while a second thread contracts the other
+def contract_range(indptr, indices, data, vw, cmap, mate, nc, lo, hi, unit=False):
+    """:func:`contract`'s rows of the pairs whose first node lies in ``[lo, hi)``: consecutive coarse nodes, so
+    the results of consecutive ranges concatenate to the whole coarse graph (``indptr`` of each range starts at 0).
+    """
+    c_lo, c_hi, cap = -1, 0, 0
+    for first in range(lo, hi):  # the range's coarse nodes and a bound on its entries
+        other = mate[first]
+        if other < first:
+            continue
+        if c_lo < 0:
+            c_lo = cmap[first]
+        c_hi = cmap[first] + 1
+        cap += indptr[first + 1] - indptr[first]
+        if other != first:
+            cap += indptr[other + 1] - indptr[other]
+    c_lo = max(c_lo, 0)
+    m = max(c_hi - c_lo, 0)
+    cvw = np.empty(m)
+    c_indptr = np.zeros(m + 1, dtype=np.int64)
+    c_indices = np.empty(cap, dtype=indices.dtype)
+    c_data = np.empty(cap)
+    slot = np.full(nc, -1, dtype=np.int64)
+    pos = _contract_rows(indptr, indices, data, vw, cmap, mate, lo, hi, c_lo, cvw, c_indptr, c_indices, c_data, slot,
+                         unit)
+    return c_indptr, c_indices[:pos], c_data[:pos], cvw

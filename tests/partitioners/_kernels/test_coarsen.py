@@ -1,0 +1,86 @@
+"""meshshard.partitioners._kernels.coarsen: matching, contraction, majority parts."""
+import numpy as np
+import torch
+
+from meshshard.partitioners import Partition, partition, partition_quality
+from meshshard.partitioners._kernels.coarsen import _coprime_stride, contract, contract_range, majority_parts, match_in_parts
+from meshshard.partitioners._kernels.csr import cut_weight
+from meshshard.partitioners.multilevel import _csr
+from tests.partitioners._meshes import load_mesh, mesh_arrays
+
+
+def _cut(assign, ei):
+    return partition_quality(Partition(torch.from_numpy(assign), int(assign.max()) + 1), ei)
+
+
+def test_coarsening_keeps_parts_and_cut(data_dir):
+    pts, ei = mesh_arrays(data_dir, "rae2822_turb.su2")
+    n = pts.shape[0]
+    assign = partition(pts, 7, "hilbert", refine=False).assignment.numpy()
+    indptr, indices, data = _csr(ei, n, None)
+    cmap, nc, mate = match_in_parts(indptr, indices, data, np.ones(n), assign, 2.0, 0)
+    assert nc < 0.75 * n  # it really coarsens
+    assert np.array_equal(mate[mate], np.arange(n)) and np.array_equal(cmap[mate], cmap)  # a matching
+    ca = np.empty(nc, dtype=np.int64)
+    ca[cmap] = assign
+    assert np.array_equal(ca[cmap], assign)  # every cluster inside one part
+    cp, ci, cd, cw = contract(indptr, indices, data, np.ones(n), cmap, mate, nc)
+    assert cw.sum() == n and cw.max() <= 2.0 and cd.sum() == data.sum() - 2 * (n - nc)
+    # the coarse adjacency is P^T A P without its diagonal (P: the [n, nc] one-hot of cmap)
+    import scipy.sparse as sp
+    fine = sp.csr_matrix((data, indices, indptr), shape=(n, n))
+    proj = sp.csr_matrix((np.ones(n), (np.arange(n), cmap)), shape=(n, nc))
+    want = (proj.T @ fine @ proj).tolil()
+    want.setdiag(0)
+    got = sp.csr_matrix((cd, ci, cp), shape=(nc, nc))
+    assert abs(got - want.tocsr()).max() == 0 and got.nnz == want.tocsr().count_nonzero()
+    # the cut weight of the coarse graph equals the fine edge cut
+    assert cut_weight(cp, ci, cd, ca) == _cut(assign, ei)["edge_cut"]
+    # unit: every edge weighs 1 whatever data holds (the finest level of an unweighted graph), whole or in ranges
+    unit = contract(indptr, indices, 7.0 * data, np.ones(n), cmap, mate, nc, True)
+    assert all(np.array_equal(x, y) for x, y in zip(unit, (cp, ci, cd, cw)))
+    halves = [contract_range(indptr, indices, 7.0 * data, np.ones(n), cmap, mate, nc, lo, hi, True)
+              for lo, hi in ((0, n // 2), (n // 2, n))]
+    assert np.array_equal(np.concatenate([halves[0][2], halves[1][2]]), cd)
+
+
+def test_majority_parts_is_the_heaviest_part_of_each_cluster():
+
+    rng = np.random.default_rng(1)
+    n, nc, p = 3000, 200, 9
+    to_coarse, fine = rng.integers(0, nc, n), rng.integers(0, p, n)
+    w = rng.integers(0, 3, n).astype(float)  # zero weights and many ties
+    table = np.zeros((nc, p))
+    np.add.at(table, (to_coarse, fine), w)
+    present = np.zeros((nc, p), dtype=bool)
+    present[to_coarse, fine] = True
+    table[~present] = -1.0  # a part with no member never wins, even at weight 0
+    assert np.array_equal(majority_parts(to_coarse, fine, w, nc, p), table.argmax(1))  # argmax: lowest id on ties
+
+
+def test_matching_visits_every_node_once_with_a_spread_stride():
+    from math import gcd
+
+    for n in list(range(1, 60)) + [97, 1000, 1024, 65536, 999_983]:
+        stride = _coprime_stride(n)
+        assert 1 <= stride <= max(n, 1) and gcd(stride, max(n, 1)) == 1, n
+        if n <= 1000:
+            assert sorted((5 + i * stride) % n for i in range(n)) == list(range(n))
+        if n >= 1000:
+            assert 0.6 * n <= stride <= 0.62 * n  # far from 1: consecutive visits are not consecutive ids
+
+
+def test_matching_without_parts_or_weights_is_the_same_matching(data_dir):
+    # the first hierarchy matches across parts (an empty part array) and, on an unweighted graph's finest level,
+    # reads no weights (unit=True): the same pairs as reading all-zero parts and unit weights
+    from meshshard.partitioners.multilevel import _csr
+
+    pts, ei = load_mesh(data_dir, "cylinder_crossflow_re35.vtu")
+    n = pts.shape[0]
+    indptr, indices, data = _csr(ei.numpy(), n, None)
+    vw = np.ones(n)
+    for max_vw, pairs in ((2.0, True), (1.5, False)):  # 1.5: no pair fits, every node stays alone
+        plain = match_in_parts(indptr, indices, data, vw, np.zeros(n, dtype=np.int32), max_vw, 7)
+        lean = match_in_parts(indptr, indices, data, vw, np.empty(0, dtype=np.int32), max_vw, 7, True)
+        assert plain[1] == lean[1] and np.array_equal(plain[0], lean[0]) and np.array_equal(plain[2], lean[2])
+        assert (lean[1] < 0.6 * n) if pairs else (lean[1] == n)
