@@ -373,6 +373,13 @@ class ShardTensor(DTensor):
         """Run ``handler(func, types, args, kwargs)`` whenever ``func`` (a torch function or Tensor
         method, e.g. ``torch.dot``) is called with a ShardTensor argument. Overrides built-ins.
 
+        The gradient rule holds for a handler that computes, on each rank, its own rows of a
+        sharded result (a plain tensor among the arguments then gets this rank's share of its
+        gradient): one that gathers the whole input and computes the whole result on every rank
+        must return it as a replicated ShardTensor computed from replicated ShardTensors (e.g.
+        ``x.full_tensor()`` wrapped back with ``ShardTensor.from_local(..., (Replicate(),))``), so
+        the rule sees that every rank computed the same.
+
         Args:
             func: the torch function / Tensor method (``torch.dot``, ``torch.Tensor.__getitem__``...).
             handler: callable with PhysicsNeMo's signature ``(func, types, args, kwargs)``.
