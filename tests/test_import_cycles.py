@@ -13,11 +13,8 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "meshshard"
 
-# Pairs of modules allowed to import each other, each with its reason. Keep this list empty but for
-# work in progress: meshshard.tensor is being restructured, and this pair goes with it.
-ALLOWED = {
-    frozenset({"meshshard.tensor.redistribute", "meshshard.tensor.shard_tensor"}),
-}
+# Pairs of modules allowed to import each other, each with its reason: none.
+ALLOWED: set = set()
 
 
 def _module_names():
