@@ -13,9 +13,9 @@ import pytest
 
 PKG = Path(__file__).resolve().parent.parent / "meshshard"
 
-# DESIGN.md's table; private helpers (_fileutil, _lazy, _optional) and the test harness sit at layer 0.
+# DESIGN.md's table; private helpers (_fileutil, _lazy, _optional, _compile) and the test harness sit at layer 0.
 LAYER = {
-    "distributed": 0, "_fileutil": 0, "_lazy": 0, "_optional": 0, "testing": 0,
+    "distributed": 0, "_fileutil": 0, "_lazy": 0, "_optional": 0, "_compile": 0, "testing": 0,
     "partitioners": 1, "io": 1,
     "tensor": 2, "graph": 2,
     "ops": 3,

@@ -45,6 +45,7 @@ from torch import nn
 from torch_geometric.nn import MessagePassing
 
 from meshshard import distributed as msd
+from meshshard._compile import eager_under_compile
 from meshshard.ops.conv import _count_propagations, _gcn_adapters, refuse_non_local
 
 __all__ = ["DomainParallel", "sharded_forward"]
@@ -213,6 +214,11 @@ def _exchange_per_layer(module: nn.Module, g):
             h.remove()
 
 
+def _is_compiled(module: nn.Module) -> bool:
+    """Whether ``module`` is (or holds) a ``torch.compile``'d module (its ``_orig_mod``)."""
+    return any(hasattr(m, "_orig_mod") and type(m).__name__ == "OptimizedModule" for m in module.modules())
+
+
 def _digest(t: torch.Tensor) -> int:
     h = hashlib.blake2b(digest_size=8)
     h.update(f"{tuple(t.shape)}{t.dtype}".encode())
@@ -377,7 +383,8 @@ class DomainParallel(nn.Module):
             ``GravNetConv``, ``DirGNNConv``, ``flow="target_to_source"``; at call time also
             BatchNorm in training mode and graph-wide norms such as ``GraphNorm``); a mesh of
             several dims not holding every rank.
-        TypeError: a DTensor parameter (``distribute_module`` already reduces those).
+        TypeError: a DTensor parameter (``distribute_module`` already reduces those); a model
+            sharded by FSDP2's ``fully_shard`` (use the ``("data", "domain")`` mesh instead).
         CollectiveMismatchError: (every rank) parameters or buffers differ across ranks, naming
             the first one.
 
@@ -411,6 +418,17 @@ class DomainParallel(nn.Module):
             # graph models live on the "domain" dim; ShardTensor models on the whole mesh
             self.mesh = mesh["domain"] if "domain" in names else mesh
             self.group = None  # the world: gradients summed over samples (data) and parts (domain)
+        fsdp = [type(m).__name__ for m in module.modules()
+                if any(c.__name__ == "FSDPModule" for c in type(m).__mro__)]
+        if fsdp:
+            raise TypeError(
+                f"DomainParallel: {fsdp[0]} is sharded by FSDP2 (fully_shard), which is refused: FSDP2 reduces "
+                "each parameter's gradient over its own (data) mesh only, so the per-rank shares of the domain "
+                "ranks (the gradient rule: summed once over the domain ranks) would never be summed, and the "
+                "parameters it gathers for compute are plain tensors whose gradients DomainParallel cannot reach "
+                "before FSDP2 reduce-scatters them. For data x domain parallel training wrap the plain model: "
+                "DomainParallel(model, mesh=init_device_mesh(device, (D, P), mesh_dim_names=('data', 'domain'))) "
+                "sums the gradients over every rank (scale each sample's loss by 1 / samples per step)")
         for name, p in module.named_parameters():
             if isinstance(p, msd.DTensor):
                 raise TypeError(f"DomainParallel: parameter {name!r} is a DTensor (distribute_module); its gradient "
@@ -464,6 +482,15 @@ class DomainParallel(nn.Module):
             TypeError: no ShardedGraph and no ShardTensor input (a plain local tensor would be
                 computed on this rank's part only, silently).
         """
+        graph_call = self._route(inputs, kwargs)
+        if graph_call is None:  # any model on ShardTensors: under torch.compile, each ShardTensor op breaks the graph
+            return self.module(*inputs, **kwargs)
+        return self._graph_forward(*graph_call, kwargs)
+
+    @eager_under_compile
+    def _route(self, inputs, kwargs):
+        """Tell the two calls apart, check them and arm the gradient hooks; ``None`` for any model,
+        else ``(x, g, args)`` for a graph model (runs eagerly under torch.compile)."""
         from meshshard.graph import ShardedGraph
         from meshshard.tensor import ShardTensor
 
@@ -483,7 +510,21 @@ class DomainParallel(nn.Module):
                     "ShardTensors (ShardTensor.from_local / scatter_tensor): plain tensors would be computed on "
                     "this rank's part alone")
             self._reducer.prepare(self._sync)
-            return self.module(*inputs, **kwargs)
+            return None
+        if _is_compiled(self.module):
+            raise TypeError(
+                "DomainParallel: a graph model given as torch.compile(model) is refused: its per-layer ghost-row "
+                "exchanges are forward hooks added for each call, which a compiled module would trace (and "
+                "recompile) on every call. Wrap the plain model; torch.compile(DomainParallel(model)) runs a graph "
+                "model eagerly and gives the eager results")
+        return x, g, args
+
+    @eager_under_compile
+    def _graph_forward(self, x, g, args, kwargs):
+        """A graph model's call (see :meth:`forward`); eager under torch.compile: its exchanges, hooks
+        and ShardTensor output are not traceable."""
+        from meshshard.tensor import ShardTensor
+
         mesh = x.device_mesh if isinstance(x, ShardTensor) else self.mesh
         if mesh is not None and mesh.ndim != 1:
             raise ValueError("DomainParallel: a graph model on a multi-dim DeviceMesh needs a dim named 'domain' "

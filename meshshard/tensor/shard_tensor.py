@@ -21,6 +21,7 @@ all-reduce of every gradient (``DomainParallel`` does it in backward) makes them
 """
 from __future__ import annotations
 
+import sys
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -29,6 +30,7 @@ from torch.utils import _pytree as pytree
 from meshshard.distributed import DeviceMesh, DTensor, Replicate, Shard, default_device_mesh
 from meshshard.distributed.agree import get_validation, validation
 from meshshard.tensor import _registry as reg
+from meshshard.tensor._compile import install, refuse_before_registration, register_with_dynamo
 from meshshard.tensor._gradient_rule import apply_gradient_rule
 from meshshard.tensor.redistribute import redistribute_local
 from meshshard.tensor.spec import (chunk_sizes, gradient_placements, infer_shard_sizes, layout_signature, make_spec,
@@ -431,6 +433,9 @@ class ShardTensor(DTensor):
         replicated = _replicated_mesh(args, kwargs)
         if replicated is not None:
             return _run_replicated(func, args, kwargs, replicated)
+        if func is torch.Tensor._is_view and "torch._dynamo" in sys.modules:  # dynamo wrapping an unregistered one
+            register_with_dynamo(ShardTensor)
+            refuse_before_registration(_func_name(func))
         raise NotImplementedError(
             f"ShardTensor does not support {_func_name(func)} (it could silently mix rows of different "
             "ranks). Register a handler with ShardTensor.register_function_handler(func, handler), or "
@@ -542,3 +547,6 @@ def _dispatch_locally(func, args, kwargs):
     if func in (aten.is_same_size.default, aten._local_scalar_dense.default):
         return out
     return pytree.tree_map(lambda t: _make(t, mesh, placements, sizes) if isinstance(t, torch.Tensor) else t, out)
+
+
+install(ShardTensor)  # opaque to torch.compile (meshshard.tensor._compile)
