@@ -59,8 +59,11 @@ def _faulty_rank(rank, world):
     with pytest.raises(ValueError, match="built with exchange='auto'"):
         train_step(dp, dp_opt, x, e, y, graph=g, exchange="once")
 
-    seen = []
+    seen, hooked = [], []
+    watch = model.register_forward_pre_hook(  # during the step: DomainParallel's gradient hooks are on
+        lambda *_: hooked.append(all(p._post_accumulate_grad_hooks for p in model.parameters())))
     loss = train_step(model, opt, x, e, y, graph=g, before_step=lambda l: seen.append(float(l)))
+    watch.remove()
     # y as a ShardTensor (as ShardedMeshDataset hands it out); the hooks sum the gradients once
     y_st = ShardTensor.from_local(y, sharding_shapes={0: g.sizes})
     dp_loss = train_step(dp, dp_opt, x, e, y_st, graph=g)
@@ -69,8 +72,8 @@ def _faulty_rank(rank, world):
     assert seen == [loss]
     losses = all_gather_into_tensor(torch.tensor([loss], dtype=torch.float64)).view(-1)
     assert bool((losses == losses[0]).all()) and torch.isfinite(losses).all()
-    # the wrapper of a bare model took its gradient hooks off again
-    assert not any(getattr(p, "_post_accumulate_grad_hooks", None) for p in model.parameters())
+    # a bare model is wrapped in DomainParallel for the step, and its gradient hooks come off again
+    assert hooked == [True] and not any(p._post_accumulate_grad_hooks for p in model.parameters())
     return loss
 
 
