@@ -173,9 +173,10 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
 
     def model_inputs(self, sample: ShardedSample) -> Tuple[ShardTensor, torch.Tensor, ShardTensor]:
         """``(x_in [N, F], edge_attr_in [E_local, d+1], y [N, T])`` normalised with :attr:`stats`:
-        ``x_in`` and ``y`` ShardTensors laid out like ``sample.x`` (``.to_local()``: the
-        ``[num_owned, *]`` rows that ``MeshGraphNet(x_in, edge_attr_in, graph=sample.graph)`` takes),
-        ``edge_attr_in`` a plain tensor of the local edges.
+        ``x_in`` and ``y`` ShardTensors laid out like ``sample.x``, ``edge_attr_in`` a plain tensor
+        of the local edges. They go in as they are:
+        ``pred = DomainParallel(model)(x_in, sample.graph, edge_attr_in)`` and
+        ``F.mse_loss(pred, y)`` (or ``train_step(model, opt, x_in, edge_attr_in, y, graph=sample.graph)``).
 
         Args:
             sample: ``ds[i]`` on this rank.

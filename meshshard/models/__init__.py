@@ -3,11 +3,14 @@
 - :class:`MeshGraphNet`: encode-process-decode of Pfaff et al. (2021); sharded forward and
   gradients equal the single-process ones.
 - :class:`MeshGraphNetBlock` (its processor block, a PyG ``MessagePassing`` layer) and :class:`MLP`.
-- :func:`global_mse_loss`: the whole-mesh MSE from each rank's owned rows.
-- :func:`train_step`: one optimizer step, whole graph or shard.
+- :func:`train_step`: one optimizer step, on a shard through :class:`meshshard.DomainParallel`
+  (the ShardTensor loss ``F.mse_loss(pred, y)``, gradients summed in backward) or on a whole graph.
 - :func:`training_checkpoint`, :func:`load_checkpoint`: self-contained checkpoints (weights, model
   configuration, statistics, field specs) that ``meshshard predict`` applies to new meshes.
-- :func:`all_reduce_gradients`, :func:`broadcast_parameters`: keep replicated parameters equal.
+- :func:`broadcast_parameters`: start replicated parameters equal.
+- Low-level helpers for a loop on plain owned rows without ``DomainParallel``:
+  :func:`global_mse_loss` (the whole-mesh MSE from each rank's owned rows) and
+  :func:`all_reduce_gradients` (sum the gradients over the ranks once, after backward).
 """
 from meshshard.models.meshgraphnet import MeshGraphNet, MeshGraphNetBlock, ProcessorBlock
 from meshshard.models.mlp import MLP

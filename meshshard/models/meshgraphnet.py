@@ -123,13 +123,20 @@ class MeshGraphNet(nn.Module):
     Calling it:
         * ``model(x, edge_index, edge_attr)`` or ``model(data)`` (a PyG ``Data`` with ``x``,
           ``edge_index``, ``edge_attr``): whole graph, returns ``[N, node_out]``.
-        * ``model(x_owned, edge_attr_local, graph=g)``: one rank's shard of a
-          :class:`meshshard.ShardedGraph` ``g``; ``x_owned`` is ``[g.num_owned, node_in]``,
-          ``edge_attr_local`` is ``[g.edge_index.shape[1], edge_in]`` aligned with
-          ``g.edge_index``. Returns ``[g.num_owned, node_out]``, equal to the owned rows of the
-          whole-graph result. ``exchange="auto"`` uses ``"once"`` when
-          ``g.halo_hops >= num_layers``, else ``"per_layer"`` (see the module docstring).
-          Every rank of the graph's group must call it (the exchange is collective).
+        * Sharded, to train: ``meshshard.DomainParallel(model)(x, g, edge_attr)`` on one rank's
+          shard of a :class:`meshshard.ShardedGraph` ``g`` returns a ShardTensor of the owned
+          rows; ``F.mse_loss(pred, y)`` of ShardTensors is the whole mesh's loss and backward
+          sums the gradients over the ranks (:func:`meshshard.models.train_step` does one such step).
+        * ``model(x_owned, edge_attr_local, graph=g)``: the same sharded forward (it runs
+          DomainParallel's graph path, :func:`meshshard.ops.sharded_forward`) on plain tensors
+          and without gradient hooks, a low-level form: ``x_owned`` is ``[g.num_owned, node_in]``
+          (or a ShardTensor of those rows), ``edge_attr_local`` is ``[g.edge_index.shape[1],
+          edge_in]`` aligned with ``g.edge_index``. Returns the plain ``[g.num_owned, node_out]``
+          owned rows of the whole-graph result; a loop on them takes
+          :func:`meshshard.models.global_mse_loss` and calls :meth:`all_reduce_gradients` after
+          backward. ``exchange="auto"`` uses ``"once"`` when the graph's ``halo_hops`` covers
+          the propagations, else ``"per_layer"`` (see the module docstring). Every rank of the
+          graph's group must call it (the exchange is collective).
     """
 
     def __init__(
@@ -220,6 +227,7 @@ class MeshGraphNet(nn.Module):
         return self.decoder(h)
 
     def _forward_sharded(self, x_owned, edge_attr, graph, exchange):
+        # One implementation of the sharded forward: DomainParallel's graph path.
         from meshshard.ops.domain_parallel import sharded_forward
 
         if exchange == "once" and graph.halo_hops < self.num_layers:
@@ -236,6 +244,10 @@ class MeshGraphNet(nn.Module):
     def all_reduce_gradients(self, group=None) -> None:
         """Sum parameter gradients over ranks (after ``backward`` of a
         :func:`meshshard.models.global_mse_loss`), so one optimizer step keeps replicas equal.
+
+        Low-level: for a loop on ``model(x_owned, edge_attr, graph=g)``. Under
+        :class:`meshshard.DomainParallel` (and :func:`meshshard.models.train_step`) backward
+        already sums the gradients; calling this as well would sum them twice.
 
         Args:
             group: process group (default: the world).

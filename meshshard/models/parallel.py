@@ -1,9 +1,15 @@
-"""Data-parallel glue for a model whose parameters are replicated on every rank of a sharded mesh.
+"""Low-level helpers for a model whose parameters are replicated on every rank of a sharded mesh.
 
 Every rank holds the same parameters and a different piece of the mesh. The loss of the whole mesh
 is a sum over ranks, so the gradient of the whole-mesh loss is the SUM over ranks of each rank's
 gradient (the halo exchange's backward already routes ghost contributions to their owners). After
 :func:`all_reduce_gradients`, one optimizer step keeps the replicas equal.
+
+The training path does not need them: :class:`meshshard.DomainParallel` returns ShardTensors, whose
+``F.mse_loss`` is the global loss, and sums the gradients in backward
+(:func:`meshshard.models.train_step`). :func:`global_mse_loss` and :func:`all_reduce_gradients` are
+for a loop on plain owned rows (``MeshGraphNet(x_owned, edge_attr, graph=g)``, a hand-written
+sharded layer); :func:`broadcast_parameters` makes the replicas start equal for either.
 """
 from __future__ import annotations
 
@@ -51,9 +57,10 @@ def global_sum_and_count(local_sum: torch.Tensor, local_count: int, group=None):
 
 
 def global_mse_loss(pred: torch.Tensor, target: torch.Tensor, group=None, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-    r"""Mean squared error over the rows of EVERY rank: the loss of the whole mesh.
+    r"""Mean squared error over the rows of EVERY rank: the loss of the whole mesh (low-level).
 
-    Each rank passes its owned rows. The value returned on every rank is
+    Each rank passes its owned rows as plain tensors (for ShardTensors, ``F.mse_loss(pred, target)``
+    is the same loss, and :class:`meshshard.DomainParallel` sums its gradients). The value returned on every rank is
     ``sum_r sum_i ||pred_i - target_i||^2 / (N_global * C)``; its gradient on a rank is the
     gradient of that rank's own share (``local_sum / (N_global * C)``), so that summing parameter
     gradients over ranks (:func:`all_reduce_gradients`) gives the gradient of the global loss.

@@ -125,7 +125,11 @@ def refuse_non_local(module: nn.Module, who: str) -> None:
 
 
 def all_reduce_gradients(module_or_params: Union[nn.Module, Iterable[torch.Tensor]], group=None) -> None:
-    """Sum the gradients of replicated parameters over ranks, in place (collective).
+    """Sum the gradients of replicated parameters over ranks, in place (collective; low-level).
+
+    For a loop on plain tensors (``ShardedConv`` layers, ``MeshGraphNet(x, e, graph=g)``):
+    :class:`meshshard.DomainParallel` sums the gradients in backward instead, so a wrapped model
+    must not call it too.
 
     Parameters that require grad but have none on this rank count as zeros, so every rank joins
     with the same buffer size. One all-reduce per dtype (gradients are packed into a flat buffer).

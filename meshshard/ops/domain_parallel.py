@@ -294,6 +294,12 @@ class _GradReducer:
             return None
         return hook
 
+    def remove(self) -> None:
+        """Take the hooks off the parameters (the reducer does nothing afterwards)."""
+        for h in self.handles:
+            h.remove()
+        self.handles, self.mode = [], None
+
     def reduce_now(self) -> None:
         """Reduce every bucket at once, in the order a backward launches them (so the call pairs
         with other ranks' backward reductions)."""
@@ -344,6 +350,34 @@ class _GradReducer:
                 else:
                     p.grad.add_(summed - share)
         self.mode, self.works, self.pending, self.contrib, self.had_grad = None, [], {}, {}, {}
+
+
+def _graph_mesh(g):
+    """The 1-D ``DeviceMesh`` over the ranks of ``g.group`` (made once per graph)."""
+    mesh = g.cache.get("device_mesh")
+    if mesh is None:
+        mesh = g.cache["device_mesh"] = msd.DeviceMesh.from_group(g.group, msd.comm_device(g.group).type)
+    return mesh
+
+
+@contextlib.contextmanager
+def _wrapped_for_call(module: nn.Module, graph, exchange: str = "auto"):
+    """``DomainParallel(module, graph, exchange=exchange)`` for the duration of the ``with``
+    block, its gradient hooks taken off the parameters afterwards (so a bare model stays bare).
+
+    Args:
+        module: the model (parameters equal on every rank: checked, collective).
+        graph: the :class:`ShardedGraph` it runs on.
+        exchange: ``"auto"``, ``"per_layer"`` or ``"once"``.
+
+    Yields:
+        The :class:`DomainParallel` wrapper.
+    """
+    dp = DomainParallel(module, graph, exchange=exchange)
+    try:
+        yield dp
+    finally:
+        dp._reducer.remove()
 
 
 class DomainParallel(nn.Module):
@@ -526,6 +560,8 @@ class DomainParallel(nn.Module):
         from meshshard.tensor import ShardTensor
 
         mesh = x.device_mesh if isinstance(x, ShardTensor) else self.mesh
+        if mesh is None and getattr(g, "group", None) is not None:  # the graph's ranks, not the world
+            mesh = _graph_mesh(g)
         if mesh is not None and mesh.ndim != 1:
             raise ValueError("DomainParallel: a graph model on a multi-dim DeviceMesh needs a dim named 'domain' "
                              f"(the ranks sharing one graph); got {mesh.mesh_dim_names}")

@@ -1,7 +1,8 @@
 """train_step on a sharded graph when one rank goes wrong: bad rows or a NaN on that rank only
 raise on EVERY rank, naming the rank and the cause, before any parameter changes; the group then
 still trains, and a DomainParallel-wrapped model takes the same step with no explicit gradient
-all-reduce (one spawned group for every check)."""
+all-reduce (one spawned group for every check). A bare model goes through DomainParallel for the
+step (no hooks left behind) and equals one process, also on a sub-group's graph."""
 import copy
 
 import pytest
@@ -58,8 +59,11 @@ def _faulty_rank(rank, world):
     with pytest.raises(ValueError, match="built with exchange='auto'"):
         train_step(dp, dp_opt, x, e, y, graph=g, exchange="once")
 
-    seen = []
+    seen, hooked = [], []
+    watch = model.register_forward_pre_hook(  # during the step: DomainParallel's gradient hooks are on
+        lambda *_: hooked.append(all(p._post_accumulate_grad_hooks for p in model.parameters())))
     loss = train_step(model, opt, x, e, y, graph=g, before_step=lambda l: seen.append(float(l)))
+    watch.remove()
     # y as a ShardTensor (as ShardedMeshDataset hands it out); the hooks sum the gradients once
     y_st = ShardTensor.from_local(y, sharding_shapes={0: g.sizes})
     dp_loss = train_step(dp, dp_opt, x, e, y_st, graph=g)
@@ -68,7 +72,51 @@ def _faulty_rank(rank, world):
     assert seen == [loss]
     losses = all_gather_into_tensor(torch.tensor([loss], dtype=torch.float64)).view(-1)
     assert bool((losses == losses[0]).all()) and torch.isfinite(losses).all()
+    # a bare model is wrapped in DomainParallel for the step, and its gradient hooks come off again
+    assert hooked == [True] and not any(p._post_accumulate_grad_hooks for p in model.parameters())
     return loss
+
+
+def _subgroup_rank(rank, world):
+    """Ranks 0 and 1 train on a graph of their sub-group with a bare model and plain rows; rank 2 idles."""
+    from meshshard.distributed import new_group
+    from meshshard.graph import ShardedGraph
+    from meshshard.models import MeshGraphNet
+    from meshshard.models.training import train_step
+    from meshshard.partitioners import Partition
+
+    sub, everyone = new_group([0, 1]), new_group([0, 1, 2])
+    n, ei = _grid(5)
+    gen = torch.Generator().manual_seed(1)
+    x_all, y_all = torch.randn(n, 3, generator=gen, dtype=torch.float64), torch.randn(n, 1, generator=gen, dtype=torch.float64)
+    e_all = torch.randn(ei.shape[1], 2, generator=gen, dtype=torch.float64)
+    torch.manual_seed(0)
+    ref = MeshGraphNet(3, 2, 1, hidden=8, num_layers=2).double()
+    model = copy.deepcopy(ref)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    ref_losses = [train_step(ref, ref_opt, x_all, e_all, y_all, edge_index=ei) for _ in range(3)]
+    if rank >= 2:
+        return None
+    part = Partition((torch.arange(n) * 3 // n).clamp(max=1), 2)  # uneven: 2/3 and 1/3 of the rows
+    g = ShardedGraph.from_partition(ei, part, group=sub)
+    owned = g.owned_ids
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = [train_step(model, opt, x_all[owned], e_all[g.edge_ids], y_all[owned], graph=g) for _ in range(2)]
+    # group= is deprecated: the step runs over the graph's group, and another group is refused
+    with pytest.warns(DeprecationWarning, match="group"):
+        losses.append(train_step(model, opt, x_all[owned], e_all[g.edge_ids], y_all[owned], graph=g, group=sub))
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="not the graph's group"):
+        train_step(model, opt, x_all[owned], e_all[g.edge_ids], y_all[owned], graph=g, group=everyone)
+    assert max(abs(a - b) / abs(b) for a, b in zip(losses, ref_losses)) <= 1e-10, (losses, ref_losses)
+    for a, b in zip(model.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
+    return losses
+
+
+@pytest.mark.timeout(180)
+def test_bare_model_on_a_subgroup_graph_equals_one_process():
+    out = run_distributed(_subgroup_rank, WORLD, timeout=150)
+    assert out[2] is None and out[0] == out[1]
 
 
 @pytest.mark.timeout(180)
