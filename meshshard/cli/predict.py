@@ -259,7 +259,14 @@ def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: 
     out_dir = Path(out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"-o/--out {out_dir} exists and is not a folder")
-    net, info = run_together(lambda: load_checkpoint(checkpoint), f"predict: reading {checkpoint}", group)
+    def load():
+        net, info = load_checkpoint(checkpoint)
+        if info.kind == "simulator":
+            raise ValueError(f"{checkpoint} is a learned simulator's checkpoint (a state to its next step); roll it "
+                             "out on a trajectory with `meshshard rollout`")
+        return net, info
+
+    net, info = run_together(load, f"predict: reading {checkpoint}", group)
     run_dtype = getattr(torch, dtype) if dtype else info.dtype
     if amp == "bf16" and run_dtype != torch.float32:
         raise ValueError(f"--amp bf16 runs float32 layers in bfloat16; this run is {str(run_dtype)[6:]}: "

@@ -1,4 +1,6 @@
-"""``meshshard preprocess``: a dataset of meshes with point fields -> sharded training data."""
+"""``meshshard preprocess``: a dataset of meshes with point fields -> sharded training data; with
+``--state``, trajectories (time steps of one mesh) -> a sharded trajectory dataset
+(:func:`meshshard.datasets.preprocess_trajectories`)."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +8,9 @@ import argparse
 from meshshard.cli._mesh_cmd import METHODS
 from meshshard.io.graph import DEFAULT_KNN
 
-HELP = "turn a dataset of meshes with fields into sharded training data (one shard folder per sample)"
+HELP = ("turn a dataset of meshes with fields into sharded training data (one shard folder per sample); with "
+        "--state, trajectories (CASE.pvd, XDMF series, step-file folders, MeshGraphNets datasets) into a "
+        "trajectory dataset for learned simulators")
 
 __all__ = ["HELP", "add_arguments", "run"]
 
@@ -18,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser: the command's ``argparse`` parser.
     """
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
-                        help="mesh files (any meshio format) or one folder of them")
+                        help="mesh files (any meshio format) or one folder of them; with --state, trajectories: "
+                             "CASE.pvd, .xdmf time series, folders of numbered step files, MeshGraphNets folders")
     parser.add_argument("-k", "--num-parts", type=int, required=True, help="parts per sample (= training ranks)")
     parser.add_argument("-m", "--method", default="kdtree", choices=METHODS,
                         help="partitioner, as `meshshard partition -m` takes them (default: kdtree)")
@@ -35,7 +40,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"neighbours per point for point clouds (files without cells, e.g. .npz) (default {DEFAULT_KNN})")
     parser.add_argument("--node-type", default=None, metavar="FIELD",
                         help="integer node types from this point or cell field (as the MeshGraphNets datasets store "
-                             "them) instead of the files' boundary markers / physical groups / patches")
+                             "them) instead of the files' boundary markers / physical groups / patches; with "
+                             "--state, the static field of node type codes")
+    parser.add_argument("--state", nargs="+", default=None, metavar="S",
+                        help="trajectories: the point fields that evolve (model inputs at step t, their change to "
+                             "t + 1 the targets), e.g. --state velocity pressure; --features are then static fields")
+    parser.add_argument("--split", default="train",
+                        help="with --state: the split of a MeshGraphNets dataset to read (default train)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         the exit status.
     """
+    if args.state is not None:
+        return _run_trajectories(args)
+    _refuse_trajectories(args.inputs)
     from meshshard.datasets import preprocess_dataset
 
     inputs = args.inputs[0] if len(args.inputs) == 1 else args.inputs
@@ -61,4 +75,45 @@ def run(args: argparse.Namespace) -> int:
     print(f"statistics over {s.x.count} nodes / {s.edge_attr.count} edges: "
           f"x mean {[round(v, 4) for v in s.x.mean.tolist()]} std {[round(v, 4) for v in s.x.std.tolist()]}; "
           f"y mean {[round(v, 4) for v in s.y.mean.tolist()]} std {[round(v, 4) for v in s.y.std.tolist()]}")
+    return 0
+
+
+_TRAJECTORY_SUFFIXES = (".pvd", ".xdmf", ".xmf", ".tfrecord")
+
+
+def _refuse_trajectories(inputs) -> None:
+    """A trajectory given without --state: say what to add instead of failing on its format."""
+    from pathlib import Path
+
+    from meshshard.io.meshgraphnets import is_meshgraphnets_dir
+
+    for inp in inputs:
+        p = Path(inp)
+        if p.suffix.lower() in _TRAJECTORY_SUFFIXES or (p.is_dir() and (is_meshgraphnets_dir(p)
+                                                                      or any(p.glob("*.pvd")))):
+            raise ValueError(f"{inp} is a trajectory (time steps of one mesh): name the fields that evolve with "
+                             "--state (e.g. --state velocity pressure) to preprocess it for a learned simulator")
+
+
+def _run_trajectories(args: argparse.Namespace) -> int:
+    """``--state``: :func:`meshshard.datasets.preprocess_trajectories` on every input."""
+    from meshshard.datasets import preprocess_trajectories
+
+    if args.targets:
+        raise ValueError("--targets does not apply to trajectories: with --state the targets are the state's change "
+                         "to the next step")
+    if args.workers != 1:
+        raise ValueError("--workers does not apply to trajectories (they are processed one after the other)")
+    if args.knn != DEFAULT_KNN:
+        raise ValueError(f"--knn does not apply to trajectories (point clouds get {DEFAULT_KNN} neighbours)")
+    res = preprocess_trajectories(args.inputs, args.out, args.num_parts, state=args.state, features=args.features,
+                                  node_type=args.node_type, split=args.split, method=args.method,
+                                  halo_hops=args.halo_hops, seed=args.seed, dtype=args.dtype)
+    n = len(res.written) + len(res.skipped)
+    print(f"{n} trajectories in {res.out_dir}: {len(res.written)} written, {len(res.skipped)} already done "
+          f"(verified, skipped)")
+    st, inc = res.stats["state"], res.stats["increment"]
+    print(f"statistics over {st.count} node-steps: state mean {[round(v, 4) for v in st.mean.tolist()]} std "
+          f"{[round(v, 4) for v in st.std.tolist()]}; increment mean {[round(v, 6) for v in inc.mean.tolist()]} std "
+          f"{[round(v, 6) for v in inc.std.tolist()]}")
     return 0

@@ -65,10 +65,15 @@ __all__ = [
 
 # transient datasets: trajectories partitioned once, state per part [T, n_local, S] (issue 41)
 _TRAJECTORY_NAMES = ("preprocess_trajectories", "TrajectoryPreprocessResult", "load_trajectory_part",
-                     "read_trajectory_dataset_meta")
+                     "load_trajectory_whole", "read_trajectory_dataset_meta", "trajectory_columns",
+                     "trajectory_node_types")
 _EXPORTS.update({name: f"{__name__}.trajectories" for name in _TRAJECTORY_NAMES})
+_EXPORTS.update({name: f"{__name__}.sharded_trajectories" for name in ("ShardedTrajectoryDataset", "TrajectoryShard")})
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-__all__ += list(_TRAJECTORY_NAMES)
+__all__ += list(_TRAJECTORY_NAMES) + ["ShardedTrajectoryDataset", "TrajectoryShard"]
 if TYPE_CHECKING:  # pragma: no cover - for static analysers only
+    from meshshard.datasets.sharded_trajectories import ShardedTrajectoryDataset, TrajectoryShard
     from meshshard.datasets.trajectories import (TrajectoryPreprocessResult, load_trajectory_part,
-                                                preprocess_trajectories, read_trajectory_dataset_meta)
+                                                load_trajectory_whole, preprocess_trajectories,
+                                                read_trajectory_dataset_meta, trajectory_columns,
+                                                trajectory_node_types)

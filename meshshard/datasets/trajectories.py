@@ -36,8 +36,9 @@ from meshshard._fileutil import atomic_dir, atomic_path, created_dir, read_json_
 from meshshard.datasets.fields import DEFAULT_KNN, edge_features, parse_field
 from meshshard.datasets.stats import Moments
 
-__all__ = ["preprocess_trajectories", "TrajectoryPreprocessResult", "load_trajectory_part",
-           "read_trajectory_dataset_meta", "TRAJECTORY_FORMAT", "TRAJECTORY_STAT_KEYS"]
+__all__ = ["preprocess_trajectories", "TrajectoryPreprocessResult", "load_trajectory_part", "load_trajectory_whole",
+           "read_trajectory_dataset_meta", "trajectory_columns", "trajectory_node_types", "TRAJECTORY_FORMAT",
+           "TRAJECTORY_STAT_KEYS"]
 
 TRAJECTORY_FORMAT = "meshshard-trajectories"
 TRAJECTORY_FORMAT_VERSION = 1
@@ -65,8 +66,22 @@ class TrajectoryPreprocessResult:
     stats: dict
 
 
-def _columns(traj, specs: Sequence[str], what: str, static_only: bool):
-    """[T, N, C] (or [N, C] when static_only) float64 columns and their names."""
+def trajectory_columns(traj, specs: Sequence[str], what: str, static_only: bool):
+    """A trajectory's columns for field specs, as :func:`preprocess_trajectories` stores them.
+
+    Args:
+        traj: a :class:`meshshard.io.Trajectory`.
+        specs: field specs (``"velocity"``, ``"velocity[0,1]"``, ``"pos"``).
+        what: what the fields are for (named in errors: ``"state"``, ``"features"``).
+        static_only: the fields must not change over the steps (features).
+
+    Returns:
+        ``(array, names)``: float64 ``[T, N, C]`` (``[N, C]`` when ``static_only``) and one name per
+        column (``name`` for a one-column field, ``name[i]`` otherwise).
+
+    Raises:
+        ValueError: a missing field, a feature that changes, a component out of range.
+    """
     blocks, names = [], []
     for spec in specs:
         name, comps = parse_field(spec)
@@ -96,7 +111,19 @@ def _columns(traj, specs: Sequence[str], what: str, static_only: bool):
     return (out[0] if static_only else out), names
 
 
-def _node_types(traj, field: Optional[str]) -> Optional[np.ndarray]:
+def trajectory_node_types(traj, field: Optional[str]) -> Optional[np.ndarray]:
+    """A trajectory's integer node type codes from a static field (``None`` when ``field`` is).
+
+    Args:
+        traj: a :class:`meshshard.io.Trajectory`.
+        field: the static one-column field of integer codes, or ``None``.
+
+    Returns:
+        int64 ``[N]`` or ``None``.
+
+    Raises:
+        ValueError: the field changes over the steps, is missing, or does not hold integer codes.
+    """
     if field is None:
         return None
     if field not in traj.static:
@@ -135,9 +162,9 @@ def _process(index: int, traj, out: Path, settings: dict) -> dict:
     from meshshard.graph import read_meta, save_parts
     from meshshard.partitioners import partition
 
-    state, state_cols = _columns(traj, settings["state"], "state", static_only=False)
-    feats, feat_cols = _columns(traj, settings["features"], "features", static_only=True)
-    codes = _node_types(traj, settings["node_type"])
+    state, state_cols = trajectory_columns(traj, settings["state"], "state", static_only=False)
+    feats, feat_cols = trajectory_columns(traj, settings["features"], "features", static_only=True)
+    codes = trajectory_node_types(traj, settings["node_type"])
     edge_index = traj.edge_index(knn=DEFAULT_KNN)
     content = _content_sha(traj.points, traj.times, edge_index.numpy(), state, feats,
                            codes if codes is not None else np.zeros(0))
@@ -162,7 +189,8 @@ def _process(index: int, traj, out: Path, settings: dict) -> dict:
     part = partition(traj.points, settings["num_parts"], method=settings["method"], edge_index=edge_index,
                      seed=settings["seed"])
     meta = {"settings": settings, "name": traj.name, "source": str(traj.source) if traj.source else None,
-            "content_sha256": content, "sample_index": index, "times": traj.times.tolist(),
+            "content_sha256": content,
+            "node_type_codes": sorted(set(codes.tolist())) if codes is not None else [], "sample_index": index, "times": traj.times.tolist(),
             "num_steps": traj.num_steps, "state_columns": state_cols, "feature_columns": feat_cols,
             "moments": {k: m.to_dict() for k, m in moments.items()}}
     with atomic_dir(sample_dir) as tmp:
@@ -269,6 +297,7 @@ def _finish(out: Path, settings: dict, results: List[dict]) -> TrajectoryPreproc
                 "files": m["files"]} for r, m in zip(results, metas)]
     meta = {"format": TRAJECTORY_FORMAT, "format_version": TRAJECTORY_FORMAT_VERSION, **settings,
             "state_columns": metas[0]["state_columns"], "feature_columns": metas[0]["feature_columns"],
+            "node_type_codes": sorted({c for m in metas for c in m.get("node_type_codes", [])}),
             "num_samples": len(samples), "stats": {k: s.to_dict() for k, s in stats.items()},
             "moments": {k: m.to_dict() for k, m in moments.items()}, "samples": samples}
     with atomic_path(out / "meta.json") as tmp:
@@ -333,4 +362,43 @@ def load_trajectory_part(root: PathLike, sample: int, rank: int) -> dict:
             out[key] = nodes[key]
     out["edge_attr"] = part["edge_data"]["edge_attr"]
     out["times"] = torch.tensor(json.loads((folder / "meta.json").read_text())["times"], dtype=torch.float64)
+    return out
+
+
+def load_trajectory_whole(root: PathLike, sample: int) -> dict:
+    """One trajectory assembled from every part, in original node order (one process; for
+    single-process references and checks).
+
+    Args:
+        root: the dataset folder.
+        sample: the trajectory's index in ``meta.json["samples"]``.
+
+    Returns:
+        ``{"state": [T, N, S], "pos": [N, d], "features": [N, F] (when stored), "node_type": [N]
+        (when stored), "edge_index": [2, E], "edge_attr": [E, d + 1], "times": [T]}``: every edge
+        once (each part's edges into its owned nodes, parts in order), tensors in the stored dtype.
+    """
+    meta = read_trajectory_dataset_meta(root)
+    k = int(meta["num_parts"])
+    parts = [load_trajectory_part(root, sample, r) for r in range(k)]  # checks the index
+    n = int(meta["samples"][sample]["num_nodes"])
+    out: dict = {"times": parts[0]["times"]}
+    edges, attrs = [], []
+    for p in parts:
+        own = p["owned_ids"]
+        n_own = own.numel()
+        gids = torch.cat([own, p["ghost_ids"]])
+        for key in ("pos", "features", "node_type"):
+            if key in p:
+                if key not in out:
+                    out[key] = torch.zeros((n,) + tuple(p[key].shape[1:]), dtype=p[key].dtype)
+                out[key][own] = p[key][:n_own]
+        if "state" not in out:
+            out["state"] = torch.zeros((p["state"].shape[0], n, p["state"].shape[2]), dtype=p["state"].dtype)
+        out["state"][:, own] = p["state"][:, :n_own]
+        into_owned = p["edge_index"][1] < n_own
+        edges.append(gids[p["edge_index"][:, into_owned]])
+        attrs.append(p["edge_attr"][into_owned])
+    out["edge_index"] = torch.cat(edges, dim=1)
+    out["edge_attr"] = torch.cat(attrs)
     return out

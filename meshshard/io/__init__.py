@@ -12,7 +12,8 @@ write them back (layer 1, single process).
 - :func:`node_type_from_field` takes integer node types from a point or cell field.
 - :func:`parse_field`, :func:`select_fields`, :func:`field_columns`, :func:`check_fields`: point
   fields by name (``"velocity[0,1]"``).
-- :func:`write_vtu`, :func:`write_prediction`: atomic .vtu writes of a mesh with more point fields.
+- :func:`write_vtu`, :func:`write_prediction`: atomic .vtu writes of a mesh with more point fields;
+  :func:`write_pvd`: a ParaView collection of step files.
 - :class:`Trajectory`, :func:`read_trajectory`: one mesh with fields over time steps (.pvd, XDMF
   time series, numbered step files, the MeshGraphNets TFRecord layout).
 """
@@ -32,7 +33,7 @@ from meshshard.io.read_trajectory import (iter_trajectories, list_step_files, re
 from meshshard.io.tfrecord import TFRecordError, crc32c, iter_tfrecord, parse_example
 from meshshard.io.trajectory import Trajectory
 from meshshard.io.vtk_formats import read_vtk
-from meshshard.io.write import ERROR_SUFFIX, PRED_SUFFIX, write_prediction, write_vtu
+from meshshard.io.write import ERROR_SUFFIX, PRED_SUFFIX, write_prediction, write_pvd, write_vtu
 
 __all__ = [
     # meshes and graphs
@@ -40,7 +41,7 @@ __all__ = [
     "point_field_names", "is_reader_field", "edge_index_from_cells", "CELL_EDGES",
     # fields by name, and writing
     "parse_field", "select_fields", "field_columns", "check_fields", "POSITION_FIELD", "write_vtu",
-    "write_prediction", "PRED_SUFFIX", "ERROR_SUFFIX",
+    "write_prediction", "write_pvd", "PRED_SUFFIX", "ERROR_SUFFIX",
     # cell-centred data, VTK's formats, node types from fields
     "cells_as_nodes", "cell_adjacency", "cell_centroids", "node_type_from_field", "read_vtk",
     # transient cases: one mesh, fields over time steps

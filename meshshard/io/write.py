@@ -1,6 +1,7 @@
 """Meshes written as VTU files: a mesh with more point fields (:func:`write_vtu`), and a model's
 prediction beside the truth with its metrics (:func:`write_prediction`, what ``meshshard predict``
-and ``meshshard demo`` write).
+and ``meshshard demo`` write); a ParaView collection of step files (:func:`write_pvd`, what
+``meshshard rollout`` writes).
 
 Every write is atomic (:func:`meshshard._fileutil.atomic_path`): an interruption leaves no partial
 file under the target path, and an existing file is replaced whole.
@@ -18,7 +19,7 @@ import torch
 from meshshard._fileutil import atomic_path
 from meshshard.io.fields import POSITION_FIELD, parse_field, select_fields
 
-__all__ = ["write_vtu", "write_prediction", "PRED_SUFFIX", "ERROR_SUFFIX"]
+__all__ = ["write_vtu", "write_prediction", "write_pvd", "PRED_SUFFIX", "ERROR_SUFFIX"]
 
 #: the point field of a target's prediction is ``<target>_pred``, of its error ``<target>_error``
 PRED_SUFFIX = "_pred"
@@ -146,3 +147,42 @@ def write_prediction(path, mesh, pred: torch.Tensor, targets: Sequence[str], tar
                 if truth[:, j].any() else float("nan"),
                 "max_abs": float((pred[:, j] - truth[:, j]).abs().max())}
             for j, c in enumerate(target_columns)}
+
+
+def write_pvd(path, steps: Sequence[tuple]) -> Path:
+    """Write a ParaView collection ``CASE.pvd`` listing step files, atomically (read back by
+    :func:`meshshard.io.read_pvd`).
+
+    Args:
+        path: the ``.pvd`` file to write.
+        steps: ``(time, file)`` per step, in order; ``file`` relative to the ``.pvd``'s folder (or
+            absolute, then written relative to it when it lies below).
+
+    Returns:
+        ``path``.
+
+    Raises:
+        ValueError: no steps, or times not strictly increasing.
+    """
+    from xml.sax.saxutils import quoteattr
+
+    path = Path(path)
+    if not steps:
+        raise ValueError("write_pvd: no steps to list")
+    times = [float(t) for t, _ in steps]
+    if any(b <= a for a, b in zip(times, times[1:])) or not all(np.isfinite(times)):
+        raise ValueError(f"write_pvd: step times must be finite and strictly increasing, got {times[:8]}")
+    rows = []
+    for t, f in steps:
+        f = Path(f)
+        if f.is_absolute():
+            try:
+                f = f.relative_to(path.parent.resolve())
+            except ValueError:
+                pass
+        rows.append(f'    <DataSet timestep="{float(t)!r}" group="" part="0" file={quoteattr(f.as_posix())}/>')
+    text = ('<?xml version="1.0"?>\n<VTKFile type="Collection" version="0.1">\n  <Collection>\n'
+            + "\n".join(rows) + "\n  </Collection>\n</VTKFile>\n")
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(text)
+    return path

@@ -8,6 +8,13 @@ writes one through :func:`training_checkpoint`)::
     "meshshard"  {"format", "format_version", "model_class", "model_config", "dtype", "stats",
                   "features", "targets", "feature_columns", "target_columns", "node_types", "knn"}
 
+A learned simulator's checkpoint (:func:`simulator_checkpoint`, written by
+``examples/train_simulator.py --save``) has ``"kind": "simulator"`` and format version 2 in its
+``"meshshard"`` entry, and instead of the steady keys from ``"stats"`` on: ``"simulator"``, the
+:class:`~meshshard.models.SimulatorSpec` as plain data (state and feature specs and columns, node
+type field and codes, evolving node types, statistics of states, increments, features and edge
+features, training noise).
+
 The ``"meshshard"`` entry is plain data (strings, numbers, lists), so :func:`load_checkpoint` reads
 the file with ``torch.load(weights_only=True)`` and rebuilds the model from an allow-list of
 classes: a checkpoint never runs code.
@@ -25,11 +32,13 @@ from torch import nn
 from meshshard.datasets.stats import DatasetStats
 from meshshard.models.meshgraphnet import MeshGraphNet
 
-__all__ = ["training_checkpoint", "load_checkpoint", "CheckpointInfo", "CHECKPOINT_FORMAT",
+__all__ = ["training_checkpoint", "simulator_checkpoint", "load_checkpoint", "CheckpointInfo", "CHECKPOINT_FORMAT",
            "CHECKPOINT_FORMAT_VERSION", "MODEL_CLASSES"]
 
 CHECKPOINT_FORMAT = "meshshard-checkpoint"
 CHECKPOINT_FORMAT_VERSION = 1
+#: format version of simulator checkpoints (``"kind": "simulator"``; older readers refuse them by version)
+SIMULATOR_CHECKPOINT_VERSION = 2
 #: model classes a checkpoint may name (by class name)
 MODEL_CLASSES = {"MeshGraphNet": MeshGraphNet}
 _ENTRY_KEYS = ("model_class", "model_config", "dtype", "stats", "features", "targets", "feature_columns",
@@ -53,6 +62,11 @@ class CheckpointInfo:
         knn: neighbours per point for point clouds (files without cells).
         step: the training step it was saved at.
         extra: the rest of the checkpoint dict (``optimizer``, ``rng``, ``args``, ...).
+        kind: ``"steady"`` (fields to fields) or ``"simulator"`` (a state to its next step).
+        simulator: a simulator's :class:`~meshshard.models.SimulatorSpec` (``None`` for a steady
+            model); for a simulator the steady attributes say: ``features`` / ``targets`` the
+            feature and state specs, ``stats`` x = features, y = increments, ``node_types`` the
+            codes as strings.
     """
 
     model_class: str
@@ -67,6 +81,8 @@ class CheckpointInfo:
     knn: int
     step: int = 0
     extra: dict = field(default_factory=dict)
+    kind: str = "steady"
+    simulator: Optional[object] = None
 
 
 def _dataset_spec(dataset) -> dict:
@@ -134,6 +150,39 @@ def training_checkpoint(model, dataset, *, optimizer=None, step: int = 0, rng: O
     return ckpt
 
 
+def simulator_checkpoint(model, spec, *, optimizer=None, step: int = 0, rng: Optional[torch.Tensor] = None,
+                         args: Optional[dict] = None) -> dict:
+    """The checkpoint dict of a learned simulator (see the module docstring): weights, training
+    state, and the :class:`~meshshard.models.SimulatorSpec` that ``meshshard rollout`` needs.
+
+    Args:
+        model: a :class:`MeshGraphNet`, or a ``DomainParallel`` wrapping one.
+        spec: its :class:`~meshshard.models.SimulatorSpec`.
+        optimizer, step, rng, args: as :func:`training_checkpoint`.
+
+    Returns:
+        ``{"model", "step", "meshshard": {..., "kind": "simulator", "simulator": {...}}}`` plus
+        ``"optimizer"``, ``"rng"``, ``"args"`` when given.
+    """
+    net = _plain_model(model)
+    name = type(net).__name__
+    if MODEL_CLASSES.get(name) is not type(net) or not hasattr(net, "config"):
+        raise TypeError(f"simulator_checkpoint: {name} is not a model class a checkpoint can rebuild "
+                        f"({sorted(MODEL_CLASSES)})")
+    config = dict(net.config)
+    config["activation"] = config["activation"].__name__
+    dtype = next(net.parameters()).dtype
+    ckpt = {"model": net.state_dict(), "step": int(step),
+            "meshshard": {"format": CHECKPOINT_FORMAT, "format_version": SIMULATOR_CHECKPOINT_VERSION,
+                          "kind": "simulator", "model_class": name, "model_config": config,
+                          "dtype": str(dtype).replace("torch.", ""), "simulator": spec.to_dict()}}
+    for key, value in (("optimizer", optimizer.state_dict() if optimizer is not None else None), ("rng", rng),
+                       ("args", dict(args) if args is not None else None)):
+        if value is not None:
+            ckpt[key] = value
+    return ckpt
+
+
 def _activation(name) -> type:
     act = getattr(nn, str(name), None)
     if not (isinstance(act, type) and issubclass(act, nn.Module)):
@@ -176,9 +225,27 @@ def load_checkpoint(path: PathLike, map_location=None) -> Tuple[nn.Module, Check
             "older train_meshgraphnet.py; save it again with meshshard.models.training_checkpoint")
     if entry.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(f"{path}: 'meshshard' entry of format {entry.get('format')!r}, expected {CHECKPOINT_FORMAT!r}")
-    if int(entry.get("format_version", -1)) > CHECKPOINT_FORMAT_VERSION:
+    kind = entry.get("kind", "steady")
+    newest = SIMULATOR_CHECKPOINT_VERSION if kind == "simulator" else CHECKPOINT_FORMAT_VERSION
+    if int(entry.get("format_version", -1)) > newest:
         raise ValueError(f"{path}: checkpoint format {entry['format_version']} is newer than this meshshard reads "
-                         f"({CHECKPOINT_FORMAT_VERSION})")
+                         f"({newest})")
+    if kind not in ("steady", "simulator"):
+        raise ValueError(f"{path}: unknown checkpoint kind {kind!r} (known: 'steady', 'simulator')")
+    spec = None
+    if kind == "simulator":
+        from meshshard.io.graph import DEFAULT_KNN
+        from meshshard.models.simulator import SimulatorSpec
+
+        if not isinstance(entry.get("simulator"), dict):
+            raise ValueError(f"{path}: a simulator checkpoint without its 'simulator' entry")
+        spec = SimulatorSpec.from_dict(entry["simulator"])
+        entry = dict(entry, stats={"x": entry["simulator"]["stats"]["features"],
+                                   "y": entry["simulator"]["stats"]["increment"],
+                                   "edge_attr": entry["simulator"]["stats"]["edge_attr"]},
+                     features=spec.features, targets=spec.state, feature_columns=spec.feature_columns,
+                     target_columns=spec.state_columns, node_types=[str(c) for c in spec.node_type_codes],
+                     knn=DEFAULT_KNN)
     missing = [k for k in _ENTRY_KEYS if k not in entry]
     if missing:
         raise ValueError(f"{path}: the 'meshshard' entry lacks {missing}")
@@ -203,5 +270,6 @@ def load_checkpoint(path: PathLike, map_location=None) -> Tuple[nn.Module, Check
         stats=DatasetStats.from_dict(entry["stats"]), features=list(entry["features"]),
         targets=list(entry["targets"]), feature_columns=list(entry["feature_columns"]),
         target_columns=list(entry["target_columns"]), node_types=list(entry["node_types"]), knn=int(entry["knn"]),
-        step=int(ckpt.get("step", 0)), extra={k: v for k, v in ckpt.items() if k not in ("model", "meshshard", "step")})
+        step=int(ckpt.get("step", 0)), extra={k: v for k, v in ckpt.items() if k not in ("model", "meshshard", "step")},
+        kind=kind, simulator=spec)
     return model, info

@@ -43,7 +43,7 @@ def test_quiet_is_accepted_by_every_command_and_keeps_the_result_line(tmp_path, 
         "plot": ([str(shards), "-o", str(png), "--dpi", "30", "--no-zoom"], f"wrote {png}"),
         "preprocess": ([src, "-k", "2", "-o", str(ds), "--features", "pos"], f"1 samples in {ds}: "),
     }
-    assert set(runs) | {"demo", "predict"} == set(COMMANDS)  # predict -q: tests/cli/test_predict.py
+    assert set(runs) | {"demo", "predict", "rollout"} == set(COMMANDS)  # predict, rollout -q: tests/cli/test_predict.py, test_rollout.py
     for flag in ("-q", "--quiet"):
         for command, (argv, line) in runs.items():
             assert main([command, *argv, flag]) == 0, command

@@ -126,3 +126,29 @@ def test_preprocess_bad_input(tmp_path, data_dir, capsys):
     capsys.readouterr()
     assert main(["preprocess", *mixed, "-k", "2", "-o", str(tmp_path / "m"), "--features", "pos", "--quiet"]) == 2
     assert "disagree" in capsys.readouterr().err
+
+
+def test_trajectories_with_state(tmp_path, capsys):
+    """--state preprocesses trajectories (a .pvd here); a rerun skips what is done; a trajectory
+    without --state, and steady-only options with it, are refused with what to do."""
+    from meshshard.datasets import load_trajectory_part, read_trajectory_dataset_meta
+    from tests.datasets._diffusion_case import write_diffusion_pvd
+
+    pvd = write_diffusion_pvd(tmp_path / "case", nx=6, ny=5, steps=5)
+    out = tmp_path / "out"
+    args = ["preprocess", str(pvd), "-k", "2", "-o", str(out), "--state", "temperature", "--features", "pos",
+            "--node-type", "node_type", "--dtype", "float64", "-q"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "1 trajectories in" in text and "1 written, 0 already done" in text and "increment mean" in text
+    meta = read_trajectory_dataset_meta(out)
+    assert meta["num_parts"] == 2 and meta["state_columns"] == ["temperature"] and meta["node_type"] == "node_type"
+    assert load_trajectory_part(out, 0, 1)["state"].shape[:1] == (5,)
+    assert main(args) == 0
+    assert "0 written, 1 already done" in capsys.readouterr().out
+    for extra, message in ((["--targets", "temperature"], "--targets does not apply to trajectories"),
+                           (["--workers", "2"], "--workers does not apply to trajectories")):
+        assert main([*args, *extra]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["preprocess", str(pvd), "-k", "2", "-o", str(tmp_path / "o2"), "--features", "temperature"]) == 2
+    assert "is a trajectory (time steps of one mesh): name the fields that evolve with --state" in capsys.readouterr().err

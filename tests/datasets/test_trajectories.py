@@ -137,3 +137,24 @@ def test_point_cloud_steps_get_a_knn_graph(tmp_path):
     np.testing.assert_array_equal(part["state"].numpy(), vel[:, ids])
     assert read_trajectory_dataset_meta(tmp_path / "out")["samples"][0]["num_nodes"] == 40
     assert json.loads((tmp_path / "out" / "00000_steps" / "meta.json").read_text())["num_edges"] == 40 * 8
+
+
+def test_whole_trajectory_from_its_parts_and_node_type_codes(mgn, tmp_path):
+    from meshshard.datasets import load_trajectory_whole
+
+    folder, cases = mgn
+    out = tmp_path / "out"
+    preprocess_trajectories(folder, out, 3, state=["velocity"], features=["pos"], node_type="node_type",
+                            dtype="float64", method="graph")
+    meta = read_trajectory_dataset_meta(out)
+    codes = sorted(set(np.concatenate([c["node_type"][0, :, 0] for c in cases]).tolist()))
+    assert meta["node_type_codes"] == codes and len(codes) > 1
+    traj = next(iter(ms.io.iter_trajectories(folder)))
+    whole = load_trajectory_whole(out, 0)
+    np.testing.assert_array_equal(whole["state"].numpy(), cases[0]["velocity"])
+    np.testing.assert_array_equal(whole["node_type"].numpy(), cases[0]["node_type"][0, :, 0])
+    ref = traj.edge_index()
+    got = whole["edge_index"]
+    assert sorted(map(tuple, got.t().tolist())) == sorted(map(tuple, ref.t().tolist()))  # every edge once
+    rel = whole["pos"][got[0]] - whole["pos"][got[1]]
+    np.testing.assert_allclose(whole["edge_attr"][:, :2].numpy(), rel.numpy(), rtol=0, atol=1e-15)

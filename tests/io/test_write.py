@@ -104,3 +104,24 @@ def test_the_old_import_path_warns_and_gives_the_moved_function(name, obj):
     assert name not in old.__all__
     with pytest.raises(AttributeError):
         old.no_such_name
+
+
+def test_write_pvd_round_trip(tmp_path):
+    import meshio
+
+    from meshshard.io import read_pvd, write_pvd
+
+    pts = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    (tmp_path / "steps").mkdir()
+    for k in range(3):
+        meshio.write(tmp_path / "steps" / f"s {k}.vtu", meshio.Mesh(pts, [("triangle", np.array([[0, 1, 2]]))],
+                                                                   point_data={"u": np.full(3, float(k))}))
+    path = write_pvd(tmp_path / "case.pvd", [(0.5 * k, tmp_path / "steps" / f"s {k}.vtu") for k in range(3)])
+    assert 'file="steps/s 0.vtu"' in path.read_text()
+    traj = read_pvd(path)
+    assert traj.times.tolist() == [0.0, 0.5, 1.0] and traj.fields["u"][:, 0, 0].tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(ValueError, match="strictly increasing"):
+        write_pvd(tmp_path / "bad.pvd", [(1.0, "a.vtu"), (1.0, "b.vtu")])
+    with pytest.raises(ValueError, match="no steps"):
+        write_pvd(tmp_path / "bad.pvd", [])
+    assert not (tmp_path / "bad.pvd").exists()

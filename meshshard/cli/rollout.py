@@ -1,0 +1,279 @@
+"""``meshshard rollout``: roll a learned simulator forward from a step of a trajectory and compare.
+
+The model of a simulator checkpoint (``examples/train_simulator.py --save``) starts from step
+``--start`` of the true trajectory and is applied ``--steps`` times (default: to the trajectory's
+last step); after each step the nodes whose type does not evolve take their values from the truth
+(Dirichlet boundaries, as Pfaff et al. do). Written to ``OUT/``:
+
+- ``<name>.pvd``: a ParaView collection of ``<name>/<name>_XXXX.vtu``, one file per step from the
+  start, each with the step's true fields, ``<field>_pred`` and ``<field>_error`` (prediction minus
+  truth) for every state field;
+- ``<name>_rollout_error.png``: the RMSE of every state field against the step.
+
+The RMSE per step (over every node and column of the field) is printed. On one process the model
+runs on the whole mesh. Under torchrun every rank reads the trajectory and builds the same
+partition; the state stays sharded for the whole rollout (each rank keeps its owned rows, and per
+step only the halo rows move, inside the model); rank 0 gathers each step's state for the files.
+Sharded and single-process rollouts are equal (float64 to 1e-10).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+HELP = ("roll a learned simulator (a checkpoint of examples/train_simulator.py) forward from a step of a "
+        "trajectory; write OUT/<name>.pvd with <field>_pred and <field>_error per step, and the error plot")
+
+__all__ = ["HELP", "add_arguments", "run", "rollout"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add this command's options to ``parser``.
+
+    Args:
+        parser: the command's ``argparse`` parser.
+    """
+    from meshshard.cli._mesh_cmd import METHODS
+
+    parser.add_argument("trajectory", metavar="TRAJ",
+                        help="a trajectory: CASE.pvd, an XDMF time series, a folder of numbered step files, or a "
+                             "MeshGraphNets dataset folder (--split, --index)")
+    parser.add_argument("--checkpoint", required=True, metavar="CKPT",
+                        help="simulator checkpoint written by examples/train_simulator.py --save")
+    parser.add_argument("-o", "--out", required=True, help="output folder")
+    parser.add_argument("--steps", type=int, default=None, metavar="N",
+                        help="model applications (default: to the last step of the trajectory)")
+    parser.add_argument("--start", type=int, default=0, metavar="S", help="the true step to start from (default 0)")
+    parser.add_argument("--index", type=int, default=0, help="trajectory of a MeshGraphNets split (default 0)")
+    parser.add_argument("--split", default="train", help="MeshGraphNets split (default train)")
+    parser.add_argument("-m", "--method", default="kdtree", choices=METHODS,
+                        help="partitioner under torchrun (default kdtree)")
+    parser.add_argument("--seed", type=int, default=0, help="partitioner seed")
+    parser.add_argument("--dtype", default=None, choices=["float32", "float64"],
+                        help="compute dtype (default: the checkpoint's)")
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
+                        help="auto: cuda when available (NCCL under torchrun), else cpu (gloo)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the process group when launched by torchrun, roll out, print the errors.
+
+    Args:
+        args: the parsed options.
+
+    Returns:
+        the exit status (0).
+    """
+    from meshshard.distributed import destroy_distributed, init_distributed, is_initialized
+
+    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        raise ValueError("--device cuda: CUDA is not available")
+    started_here = not is_initialized()
+    init_distributed(backend="nccl" if use_cuda else "gloo")
+    started_here = started_here and is_initialized()
+    device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
+    finished = False
+    try:
+        rollout(args.checkpoint, args.trajectory, args.out, steps=args.steps, start=args.start, index=args.index,
+                split=args.split, method=args.method, seed=args.seed, dtype=args.dtype, device=device,
+                progress=not args.quiet)
+        finished = True
+    finally:
+        if started_here:
+            destroy_distributed(barrier=finished)
+    return 0
+
+
+def _field_keys(traj, specs: List[str]) -> List[tuple]:
+    """``(output name, first column, width)`` per state spec."""
+    from meshshard.datasets.trajectories import trajectory_columns
+    from meshshard.io.fields import parse_field
+
+    keys, c = [], 0
+    for spec in specs:
+        width = len(trajectory_columns(traj, [spec], "state", static_only=False)[1])
+        keys.append([parse_field(spec)[0], c, width])
+        c += width
+    names = [k[0] for k in keys]
+    if len(set(names)) < len(names):  # two specs of one field: name the outputs by spec
+        for k, spec in zip(keys, specs):
+            k[0] = re.sub(r"[^A-Za-z0-9_]+", "_", spec).strip("_")
+    return [tuple(k) for k in keys]
+
+
+def _inputs(checkpoint, trajectory, index: int, split: str, start: int, steps: Optional[int]) -> dict:
+    """Every rank: the model, its spec, the trajectory's arrays and the rollout's range (checked)."""
+    from meshshard.datasets.fields import edge_features
+    from meshshard.datasets.trajectories import trajectory_columns, trajectory_node_types
+    from meshshard.io import DEFAULT_KNN, read_trajectory
+    from meshshard.models import load_checkpoint
+
+    net, info = load_checkpoint(checkpoint)
+    if info.kind != "simulator":
+        raise ValueError(f"{checkpoint} is a steady model's checkpoint (fields to fields); `meshshard rollout` needs a "
+                         "simulator checkpoint (examples/train_simulator.py --save); apply this one with "
+                         "`meshshard predict`")
+    spec = info.simulator
+    traj = read_trajectory(trajectory, index=index, split=split)
+    state, cols = trajectory_columns(traj, spec.state, "state", static_only=False)
+    if cols != spec.state_columns:
+        raise ValueError(f"{trajectory}: the state {spec.state} gives the columns {cols}, the checkpoint was trained "
+                         f"on {spec.state_columns}")
+    feats, fcols = trajectory_columns(traj, spec.features, "features", static_only=True)
+    if fcols != spec.feature_columns:
+        raise ValueError(f"{trajectory}: the features {spec.features} give the columns {fcols}, the checkpoint was "
+                         f"trained on {spec.feature_columns}")
+    codes = trajectory_node_types(traj, spec.node_type)
+    node_type = torch.zeros(traj.num_nodes, dtype=torch.long) if codes is None else torch.from_numpy(codes)
+    spec.one_hot(node_type, torch.float64)  # every code known to the model
+    t_count = traj.num_steps
+    if not 0 <= start <= t_count - 2:
+        raise ValueError(f"--start {start} is outside the trajectory's steps 0..{t_count - 2} (it has {t_count} steps "
+                         "and a rollout needs at least one step after its start)")
+    steps = t_count - 1 - start if steps is None else int(steps)
+    if not 1 <= steps <= t_count - 1 - start:
+        raise ValueError(f"--steps {steps}: from step {start} the trajectory has {t_count - 1 - start} steps left "
+                         "(the truth of every step is needed for the boundary nodes and the error)")
+    ei = traj.edge_index(knn=DEFAULT_KNN)
+    edge_attr = edge_features(torch.as_tensor(traj.points, dtype=torch.float64), ei)
+    if edge_attr.shape[1] != spec.num_edge_features:
+        raise ValueError(f"{trajectory}: a {traj.dim}D mesh, but the checkpoint was trained on "
+                         f"{spec.num_edge_features - 1}D meshes")
+    return dict(net=net, info=info, spec=spec, traj=traj, state=torch.from_numpy(state), features=torch.from_numpy(feats),
+                node_type=node_type, edge_index=ei, edge_attr=edge_attr, steps=steps,
+                keys=_field_keys(traj, spec.state))
+
+
+def _write(out_dir: Path, name: str, traj, start: int, states: torch.Tensor, truth: torch.Tensor, keys,
+           progress: bool) -> Dict[str, object]:
+    """Rank 0: the step files, the collection, the errors per step and their plot."""
+    from tqdm import tqdm
+
+    from meshshard.io import write_pvd, write_vtu
+    from meshshard.viz import plot_rollout_error
+
+    frames = out_dir / name
+    frames.mkdir(parents=True, exist_ok=True)
+    entries = []
+    rmse = {key: [] for key, _, _ in keys}
+    for k in tqdm(range(states.shape[0]), desc="write", unit="step", disable=not progress, file=sys.stderr):
+        fields = {}
+        for key, c0, w in keys:
+            pred, err = states[k, :, c0:c0 + w].numpy(), (states[k, :, c0:c0 + w] - truth[k, :, c0:c0 + w]).numpy()
+            fields[f"{key}_pred"] = pred[:, 0] if w == 1 else pred
+            fields[f"{key}_error"] = err[:, 0] if w == 1 else err
+            rmse[key].append(float((err ** 2).mean() ** 0.5))
+        f = frames / f"{name}_{k:04d}.vtu"
+        write_vtu(f, traj.step(start + k), fields)
+        entries.append((float(traj.times[start + k]), f.relative_to(out_dir)))
+    pvd = write_pvd(out_dir / f"{name}.pvd", entries)
+    png = out_dir / f"{name}_rollout_error.png"
+    plot_rollout_error(list(range(start, start + states.shape[0])), rmse, png,
+                       title=f"{name}: rollout from step {start}")
+    return {"pvd": pvd, "png": png, "rmse": rmse}
+
+
+def rollout(checkpoint, trajectory, out, *, steps: Optional[int] = None, start: int = 0, index: int = 0,
+            split: str = "train", method: str = "kdtree", seed: int = 0, dtype: Optional[str] = None, device=None,
+            group=None, progress: bool = True, echo=print) -> dict:
+    """Roll a simulator checkpoint's model forward on a trajectory and write the comparison (collective).
+
+    Every rank of ``group`` calls it with the same arguments (see the module docstring). A bad input
+    raises on every rank.
+
+    Args:
+        checkpoint: file written by :func:`meshshard.models.simulator_checkpoint`.
+        trajectory: anything :func:`meshshard.io.read_trajectory` reads.
+        out: output folder (created; files in it are replaced atomically).
+        steps: model applications (default: to the last step).
+        start: the true step to start from.
+        index, split: the trajectory of a MeshGraphNets dataset.
+        method, seed: partitioner and its seed (several ranks).
+        dtype: ``"float32"`` / ``"float64"`` compute dtype (default: the checkpoint's).
+        device: torch device of the model (default CPU).
+        group: process group (default: the world).
+        progress: progress bars (rank 0).
+        echo: where rank 0 prints its lines.
+
+    Returns:
+        On rank 0 ``{"pvd", "png", "rmse": {field: [steps + 1]}, "states": [steps + 1, N, S] float64}``
+        (the predicted states from the start, in original node order); ``{}`` on other ranks.
+    """
+    from tqdm import tqdm
+
+    from meshshard.distributed import get_rank, get_world_size, run_together
+    from meshshard.graph import ShardedGraph
+    from meshshard.partitioners import partition
+
+    rank, world = get_rank(group), get_world_size(group)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    if dtype not in (None, "float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    out_dir = Path(out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"-o/--out {out_dir} exists and is not a folder")
+    d = run_together(lambda: _inputs(checkpoint, trajectory, index, split, start, steps),
+                     f"rollout: reading {checkpoint} and {trajectory}", group)
+    spec, traj, n_steps = d["spec"], d["traj"], d["steps"]
+    run_dtype = getattr(torch, dtype) if dtype else d["info"].dtype
+    net = d["net"].to(device=device, dtype=run_dtype)
+    truth_all = d["state"]  # [T, N, S] float64, every rank (the boundary values and the error)
+    graph, rows = None, slice(None)
+    if world > 1:
+        part = run_together(lambda: partition(traj.points, world, method=method, edge_index=d["edge_index"],
+                                              seed=seed, refine=False), f"rollout: partitioning {trajectory}", group)
+        graph = ShardedGraph.from_partition(d["edge_index"], part, group=group).to(device)
+        rows = graph.owned_ids
+        edge_attr = d["edge_attr"][graph.edge_ids]
+    else:
+        edge_attr = d["edge_attr"]
+    state0 = truth_all[start][rows].to(device, run_dtype)
+    features, node_type = d["features"][rows].to(device, run_dtype), d["node_type"][rows].to(device)
+    truth_rows = truth_all[:, rows].to(device, run_dtype) if world > 1 else truth_all.to(device, run_dtype)
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", traj.name) or "trajectory"
+    if rank == 0:
+        cfg = d["info"].model_config
+        echo(f"{d['info'].model_class}(hidden={cfg.get('hidden')}, layers={cfg.get('num_layers')}) from {checkpoint} "
+             f"(step {d['info'].step}): {spec.state} from step {start} of {traj.name} ({traj.num_nodes} nodes), "
+             f"{n_steps} steps on {world} rank(s), {str(run_dtype)[6:]}, {device}; evolving node types "
+             f"{spec.evolving_types or 'all'}")
+    gathered = []
+
+    def keep(x: torch.Tensor) -> None:
+        full = x if graph is None else graph.gather(x, dst=0)
+        if rank == 0:
+            gathered.append(full.detach().to("cpu", torch.float64))
+
+    keep(state0)
+    bar = tqdm(total=n_steps, desc="rollout", unit="step", disable=not progress or rank != 0, file=sys.stderr)
+    t0 = time.perf_counter()
+
+    def on_step(k: int, x: torch.Tensor) -> None:
+        keep(x)
+        bar.update(1)
+
+    ei = d["edge_index"].to(device) if graph is None else None
+    from meshshard.models import rollout_states
+
+    rollout_states(net, spec, state0, features, node_type, edge_attr.to(device), lambda k: truth_rows[start + k],
+                   n_steps, edge_index=ei, graph=graph, on_step=on_step)
+    bar.close()
+    seconds = time.perf_counter() - t0
+    states = torch.stack(gathered) if rank == 0 else None
+    res = run_together(lambda: _write(out_dir, name, traj, start, states, truth_all[start:start + n_steps + 1],
+                                      d["keys"], progress) if rank == 0 else None,
+                       f"rollout: writing {out_dir / name}.pvd", group)
+    if rank != 0:
+        return {}
+    for k in range(n_steps + 1):
+        echo(f"step {start + k}: RMSE " + ", ".join(f"{key} {res['rmse'][key][k]:.6g}" for key in res["rmse"]))
+    echo(f"wrote {res['pvd']} ({n_steps + 1} step files) and {res['png']}; {n_steps} steps in {seconds:.2f} s on "
+         f"{world} rank(s)")
+    return dict(res, states=states)
