@@ -118,6 +118,22 @@ def test_bench_meshgraphnet():
     assert [int(r.split("|")[1]) for r in hooks] == [2] and float(hooks[0].split("|")[4]) > 0, out
 
 
+@pytest.mark.timeout(400)
+def test_bench_models():
+    out = _run("bench_models.py", 390)
+    rows = [[c.strip() for c in r.strip().strip("|").split("|")] for r in out.splitlines()
+            if r.startswith(("| U-Net |", "| Transolver |"))]
+    got = sorted((r[0], r[1], r[2]) for r in rows)
+    want = [("U-Net", "one process (whole input)", "1"), ("U-Net", "height", "2"), ("U-Net", "height", "4"),
+            ("U-Net", "height x width (2 x 2)", "4"), ("Transolver", "one process (whole input)", "1"),
+            ("Transolver", "k-d tree", "2"), ("Transolver", "k-d tree", "4")]
+    assert got == sorted(want), out
+    for r in rows:
+        assert float(r[4]) > 0 and float(r[8]) > 0, r  # memory and time measured against one process
+        if r[2] != "1":
+            assert r[6] in ("yes", "no") and float(r[9]) <= 1e-5, r  # the one-process loss (float32)
+
+
 @pytest.mark.timeout(420)
 def test_bench_shard_ops():
     out = _run("bench_shard_ops.py", 400)

@@ -143,12 +143,16 @@ def _index_sharded(func, x, items):
 
 def getitem_handler(func, types, args, kwargs):
     """``x[key]`` with ints, slices (positive step), ``None`` and ``...`` on any dim; ``x[idx]`` with a
-    1-d integer tensor (plain or ShardTensor) of global rows is ``index_select(x, 0, idx)``. Other
+    1-d integer tensor (plain or ShardTensor) of global rows is ``index_select(x, 0, idx)``, and so
+    are ``x[idx, :]`` and ``x[idx, ...]`` (full slices after it). Other
     tensor / list / bool keys (advanced indexing) run only on replicated tensors."""
     x, key = args[0], args[1]
     if not isinstance(x, ShardTensor):
         raise NotImplementedError(f"ShardTensor: {op_name(func)} with a ShardTensor as the index; {WAY_OUT}")
     reference(func, [x])
+    if isinstance(key, tuple) and key and isinstance(key[0], torch.Tensor) and all(
+            k is Ellipsis or (isinstance(k, slice) and k == slice(None)) for k in key[1:]):
+        key = key[0]  # x[idx, :] / x[idx, ...] (as point-cloud codes write a row gather) is x[idx]
     if (isinstance(key, torch.Tensor) and key.dim() == 1 and not key.is_floating_point() and key.dtype != torch.bool
             and not (is_replicated(x) and not isinstance(key, ShardTensor))):
         return index_select_handler(func, types, (x, 0, key), {})

@@ -3,11 +3,13 @@
 
 ``reduction="mean"`` / ``"sum"`` give the GLOBAL loss as a replicated ShardTensor scalar: each rank
 sums its own rows' losses, and ONE all-reduce of ``[sum, denominator, failure flags]`` over the
-sharding mesh dim finishes it. The denominator is what torch divides by on the whole tensor: the
-element count (the weights' sum for weighted ``mse_loss`` / ``l1_loss``), or for class-index ``cross_entropy`` / ``nll_loss`` the summed class weights of the
-targets that are not ``ignore_index``. Backward through the all-reduce is the identity, so each
-rank's rows get d(global loss)/d(rows) exactly. ``reduction="none"`` is local and keeps the layout
-(the class dim dropped for class-index targets).
+sharding mesh dim finishes it (one per sharding mesh dim when several shard the input, such as an
+image split in height and width on a 2 x 2 mesh; class-index losses take one sharding mesh dim).
+The denominator is what torch divides by on the whole tensor: the element count (the weights' sum
+for weighted ``mse_loss`` / ``l1_loss``), or for class-index ``cross_entropy`` / ``nll_loss`` the
+summed class weights of the targets that are not ``ignore_index``. Backward through the
+all-reduce is the identity, so each rank's rows get d(global loss)/d(rows) exactly.
+``reduction="none"`` is local and keeps the layout (the class dim dropped for class-index targets).
 
 A local error on some ranks (e.g. a class index out of range in one rank's rows) still joins the
 all-reduce, as a failure flag, so every rank raises instead of the others hanging.
@@ -15,6 +17,7 @@ all-reduce, as a failure flag, so every rank raises instead of the others hangin
 from __future__ import annotations
 
 import inspect
+import math
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +26,7 @@ from torch.nn import _reduction
 from meshshard.distributed import Replicate, Shard
 from meshshard.distributed.autograd import all_reduce_sum
 from meshshard.tensor.shard_tensor import ShardTensor, _FromLocal
-from meshshard.tensor.spec import shard_dim_of
+from meshshard.tensor.spec import shard_dim_of, shard_dims_of
 from meshshard.tensor._ops._common import (align_plain, is_replicated, layout, local_of, op_name, reference,
                                            register, wrap)
 
@@ -161,18 +164,21 @@ def loss_handler(func, types, args, kwargs):
     a = _arguments(func, args, kwargs)
     sts = [t for t in a.values() if isinstance(t, ShardTensor)]
     ref = reference(func, sts)
-    sd = shard_dim_of(ref.placements)
-    if sd is None:  # nothing sharded: every rank computes the whole loss
+    sds = shard_dims_of(ref.placements)
+    if not sds:  # nothing sharded: every rank computes the whole loss
         local = {k: (v.to_local() if isinstance(v, ShardTensor) else v) for k, v in a.items()}
         return wrap(func, func(**local), ref)
     if a["reduction"] == "none":
         out, _, shift = _local_loss(func, a, ref)
         return wrap(func, out, ref, shift)
-    m = sd[0]
-    group = ref.device_mesh.get_group(m)
-    world = ref.device_mesh.size(m)
+    mesh = ref.device_mesh
+    mesh_dims = [m for m, _ in sds]  # an image split in height and width: one all-reduce per mesh dim
+    sizes = [mesh.size(m) for m in mesh_dims]
+    slot = 0
+    for m, n in zip(mesh_dims, sizes):
+        slot = slot * n + mesh.get_local_rank(m)
     dtype = ref.dtype
-    flags = torch.zeros(world, dtype=dtype, device=ref._local_tensor.device)
+    flags = torch.zeros(math.prod(sizes), dtype=dtype, device=ref._local_tensor.device)
     error = None
     try:
         total, denom, _ = _local_loss(func, a, ref)
@@ -180,8 +186,10 @@ def loss_handler(func, types, args, kwargs):
     except Exception as exc:  # noqa: BLE001 - joins the all-reduce as a flag, re-raised below
         error = exc
         total = denom = torch.zeros((), dtype=dtype, device=flags.device)
-        flags[ref.device_mesh.get_local_rank(m)] = 1
-    red = all_reduce_sum(torch.cat([total.reshape(1).to(dtype), denom.reshape(1), flags]), group=group)
+        flags[slot] = 1
+    red = torch.cat([total.reshape(1).to(dtype), denom.reshape(1), flags])
+    for m in mesh_dims:
+        red = all_reduce_sum(red, group=mesh.get_group(m))
     failed = (red[2:] != 0).nonzero().flatten().tolist()
     if error is not None:
         raise error
@@ -189,7 +197,7 @@ def loss_handler(func, types, args, kwargs):
         raise RuntimeError(f"ShardTensor: {op_name(func)} failed on rank(s) {failed} of the shard group (their "
                            "own rows); see the error raised there")
     value = red[0] / red[1] if a["reduction"] == "mean" else red[0]
-    return _FromLocal.apply(value, ref.device_mesh, tuple(Replicate() for _ in ref.placements), None)
+    return _FromLocal.apply(value, mesh, tuple(Replicate() for _ in ref.placements), None)
 
 
 register(loss_handler, LOSSES)

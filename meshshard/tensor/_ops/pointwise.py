@@ -202,7 +202,8 @@ def pointwise_handler(func, types, args, kwargs):
 
 
 def cast_handler(func, types, args, kwargs):
-    """Dtype / device casts (``to``, ``type_as``, ``type``, ``float``, ``double``, ``half``, ``bfloat16``):
+    """Dtype / device casts (``to``, ``type_as``, ``type``, ``float``, ``double``, ``half``, ``bfloat16``,
+    ``long``, ``int``, ``short``, ``byte``, ``char``, ``bool``):
     local, layout kept. A tensor argument (``x.to(other)``, ``x.type_as(other)``) only gives its dtype
     and device, so it is neither promoted nor paired with ``x``'s rows."""
     x = args[0] if args else kwargs.get("input", kwargs.get("self"))
@@ -228,7 +229,8 @@ POINTWISE_NAMES = [
     "logical_not", "eq", "ne", "lt", "le", "gt", "ge", "isnan", "isfinite", "nan_to_num", "hypot", "logaddexp",
     "float_power", "rsub", "sgn", "xlogy", "gelu", "silu", "masked_fill",
 ]
-_CASTS = ["float", "double", "half", "bfloat16", "to", "type_as", "type"]
+_CASTS = ["float", "double", "half", "bfloat16", "long", "int", "short", "byte", "char", "bool", "to", "type_as",
+          "type"]
 _TENSOR_ONLY = ["contiguous", "clone",
                 "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__",
                 "__rtruediv__", "__pow__", "__rpow__", "__neg__", "__abs__", "__eq__", "__ne__", "__lt__",

@@ -119,6 +119,8 @@ def _index_checks(rank, world):
             ((Shard(0),), chunk_sizes(len(rows), world))
         assert c("x[rows]", lambda t: t[rows]) == ((Shard(0),), chunk_sizes(len(rows), world))
         assert c("x[sharded rows]", lambda t: t[pick(t, rows5, rows5_st)]) == ((Shard(0),), i5)
+        assert c("x[sharded rows, :, :]", lambda t: t[pick(t, rows5, rows5_st), :, :]) == ((Shard(0),), i5)
+        assert c("x[rows, ...]", lambda t: t[rows, ...]) == ((Shard(0),), chunk_sizes(len(rows), world))
         assert c("index_select(0, sharded)", lambda t: torch.index_select(t, 0, pick(t, rows5, rows5_st))) == \
             ((Shard(0),), i5)
         assert c("index_select(2, plain)", lambda t: t.index_select(2, torch.tensor([5, 0, 5]))) == ((Shard(0),), s)

@@ -17,7 +17,8 @@ TIMEOUT = 300
 SIZES = {1: [5], 2: [0, 5], 3: [2, 0, 3], 4: [1, 2, 0, 2]}
 SHAPE = (3, 4)  # the feature dims after the sharded dim 0
 TOL = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-5, atol=1e-5),
-       torch.float16: dict(rtol=1e-3, atol=1e-3)}
+       torch.float16: dict(rtol=1e-3, atol=1e-3), torch.int64: dict(rtol=0, atol=0),
+       torch.int32: dict(rtol=0, atol=0), torch.bool: dict(rtol=0, atol=0)}
 
 S0, S1, S2, R = "Shard(0)", "Shard(1)", "Shard(2)", "Replicate"
 
@@ -53,6 +54,9 @@ EXACT = [
     ("float", lambda t: t.float(), S0, "values"),
     ("double", lambda t: t.float().double(), S0, "values"),
     ("half", lambda t: t.half(), S0, "values"),
+    ("long (neighbour ids as point codes cast them)", lambda t: (t * 10).long(), S0, "values"),
+    ("int", lambda t: (t * 10).int(), S0, "values"),
+    ("bool", lambda t: (t > 0).int().bool(), S0, "values"),
     ("masked_fill (sharded mask)", lambda t: t.masked_fill(t > 0.2, -1.0), S0, "values"),
     ("torch.masked_fill (0-d value)", lambda t: torch.masked_fill(t, t < 0, torch.tensor(0.5, dtype=t.dtype)),
      S0, "values"),
