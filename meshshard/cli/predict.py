@@ -14,9 +14,9 @@ model class and configuration, statistics, feature and target fields, node types
 
 On one process the model runs on the whole mesh. Under torchrun each rank runs the model on its
 part: mesh files are partitioned on the fly (every rank reads the mesh and builds the same
-partition), a preprocessed dataset folder with as many parts as ranks is read part by part (each
-rank reads only its own), and rank 0 gathers the prediction in the original node order and
-writes. A dataset preprocessed into another number of parts is predicted from its source meshes.
+partition), a preprocessed dataset folder is read part by part (each rank reads only its own part,
+or, on another number of ranks than the dataset's parts, the parts its share touches: parts are
+merged or split on load), and rank 0 gathers the prediction in the original node order and writes.
 Sharded and single-process outputs are equal (float64 to 1e-10).
 """
 from __future__ import annotations
@@ -128,11 +128,9 @@ def _samples(inputs, world: int) -> List[dict]:
                 if not source.is_file():
                     raise FileNotFoundError(f"{inp}: sample {s['name']}'s source mesh {source} is missing (predict "
                                             "writes the source mesh with the predicted fields)")
-                if int(meta["num_parts"]) == world:
-                    samples.append({"name": s["name"], "source": source, "dataset": Path(inp), "index": i,
-                                    "source_sha256": s["source_sha256"]})
-                else:  # the stored parts do not fit this many ranks: partition the source again
-                    samples.append({"name": s["name"], "source": source})
+                # read part by part, on any number of ranks (parts merged or split on load)
+                samples.append({"name": s["name"], "source": source, "dataset": Path(inp), "index": i,
+                                "source_sha256": s["source_sha256"]})
         else:
             samples += [{"name": f.stem, "source": f} for f in list_mesh_files(inp)]
     names = [s["name"] for s in samples]

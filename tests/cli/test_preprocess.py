@@ -126,3 +126,33 @@ def test_preprocess_bad_input(tmp_path, data_dir, capsys):
     capsys.readouterr()
     assert main(["preprocess", *mixed, "-k", "2", "-o", str(tmp_path / "m"), "--features", "pos", "--quiet"]) == 2
     assert "disagree" in capsys.readouterr().err
+
+
+def test_preprocess_cells_as_nodes(tmp_path, data_dir, capsys):
+    """--nodes cells on rae2822: one node per cell (centre as pos), the markers as cell node types,
+    the settings and `info` say nodes = cells; a cell field missing is named as a cell field."""
+    from meshshard.datasets import read_dataset_meta
+    from meshshard.datasets.fields import node_type_ids
+    from meshshard.graph import load_part
+    from meshshard.io import read_mesh
+
+    src = data_dir / "rae2822_turb.su2"
+    out = tmp_path / "ds"
+    assert main(["preprocess", str(src), "--nodes", "cells", "-k", "3", "-o", str(out), "--features", "pos",
+                 "--targets", "pos[1]", "--dtype", "float64", "-q"]) == 0
+    meta = read_dataset_meta(out)
+    assert meta["nodes"] == "cells" and meta["node_types"] == ["AIRFOIL", "FARFIELD"]
+    assert meta["samples"][0]["num_nodes"] == 22842
+    mesh = read_mesh(src, nodes="cells")
+    types = node_type_ids(mesh, meta["node_types"])
+    for r in range(3):
+        part = load_part(out / meta["samples"][0]["dir"], r)
+        ids = torch.cat([part["owned_ids"], part["ghost_ids"]])
+        assert torch.equal(part["node_data"]["pos"], torch.from_numpy(mesh.points)[ids])
+        assert torch.equal(part["node_data"]["node_type_id"], types[ids])
+    capsys.readouterr()
+    assert main(["info", str(out), "-q"]) == 0
+    assert "nodes: mesh cells" in capsys.readouterr().out
+    assert main(["preprocess", str(src), "--nodes", "cells", "-k", "2", "-o", str(tmp_path / "no"),
+                 "--features", "pressure", "-q"]) == 2
+    assert "cell fields (nodes = cells) missing" in capsys.readouterr().err
