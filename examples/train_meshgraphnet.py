@@ -69,7 +69,8 @@ def parse_args(argv=None):
                         "--amp bf16 against float32: loss 5e-3, gradients 0.5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--domain-size", type=int, default=None,
-                   help="ranks sharing one sample (= the dataset's parts; must divide the world size); the "
+                   help="ranks sharing one sample (must divide the world size; the dataset's parts are merged or split "
+                        "on load when they are not as many); the "
                         "world size / domain size groups take different samples. Default: every rank")
     p.add_argument("--batch-size", type=int, default=1, help="samples per data group per step")
     p.add_argument("--amp", default="none", choices=["none", "bf16"],

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="mesh files (any meshio format) or one folder of them")
-    parser.add_argument("-k", "--num-parts", type=int, required=True, help="parts per sample (= training ranks)")
+    parser.add_argument("-k", "--num-parts", type=int, required=True, help="parts per sample (best: the training ranks; other rank counts merge or split them on load)")
     parser.add_argument("-m", "--method", default="kdtree", choices=METHODS,
                         help="partitioner, as `meshshard partition -m` takes them (default: kdtree)")
     parser.add_argument("-o", "--out", required=True, help="output folder")

@@ -191,7 +191,8 @@ def preprocess_dataset(
     Args:
         inputs: a folder of mesh files, one file, or a list of files (any meshio format).
         out_dir: output folder.
-        num_parts: parts per sample (= ranks that will train on it).
+        num_parts: parts per sample (best: the ranks that will train on it; any other number of ranks
+            merges or splits them on load).
         features: field specs of the node inputs ``x`` (``"velocity"``, ``"velocity[0,1]"``, ``"pos"``).
         targets: field specs of ``y``.
         method: partitioner (``kdtree``, ``morton``, ``hilbert``, ``graph``).
