@@ -11,7 +11,8 @@ backward hooks sum the gradients over ranks). CPU runs use gloo, GPU runs (``--d
 per rank) NCCL. Each rank reads only its own part of its own samples.
 
 Data x domain parallel: ``--domain-size S`` puts the N ranks on a 2-D ``("data", "domain")`` mesh of
-N/S data groups of S ranks (the dataset must be preprocessed into S parts). The S ranks of a group
+N/S data groups of S ranks (a dataset preprocessed into S parts is read as it is; another number of
+parts is merged or split on load). The S ranks of a group
 share one sample (domain parallel); the groups take different samples (data parallel). Each step
 takes the next N/S x ``--batch-size`` samples in order (an epoch's last step takes what is left,
 possibly fewer) and sample i goes to data group i % (N/S), so a group always meets the same samples.
@@ -69,7 +70,8 @@ def parse_args(argv=None):
                         "--amp bf16 against float32: loss 5e-3, gradients 0.5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--domain-size", type=int, default=None,
-                   help="ranks sharing one sample (= the dataset's parts; must divide the world size); the "
+                   help="ranks sharing one sample (must divide the world size; the dataset's parts are merged or split "
+                        "on load when they are not as many); the "
                         "world size / domain size groups take different samples. Default: every rank")
     p.add_argument("--batch-size", type=int, default=1, help="samples per data group per step")
     p.add_argument("--amp", default="none", choices=["none", "bf16"],

@@ -22,7 +22,7 @@ __all__ = ["main", "build_parser", "common_parser", "COMMANDS", "DOCS_EPILOG", "
 COMMANDS = {
     "partition": "split a mesh or point cloud into shards and write them (format: docs/format.md)",
     "preprocess": "turn a dataset of meshes with fields, or trajectories (--state), into sharded training data",
-    "info": "show the sizes and quality report of a shard folder and verify its checksums",
+    "info": "show the sizes and quality report of a shard folder and verify its checksums, or what a mesh file holds",
     "plot": "draw a partition (cells coloured by part, ghost nodes marked, part sizes) or a point field",
     "predict": "apply a trained model to meshes or a preprocessed dataset; write VTU files with the predicted fields",
     "rollout": "roll a learned simulator forward on a trajectory; write a .pvd of predictions and errors per step",

@@ -10,10 +10,28 @@ import torch
 
 from meshshard.partitioners.registry import PARTITIONERS
 
-__all__ = ["METHODS", "load_mesh_and_graph", "run_partition", "format_table", "format_quality", "progress"]
+__all__ = ["METHODS", "NODES", "add_nodes_argument", "load_mesh_and_graph", "run_partition", "format_table",
+           "format_quality", "progress"]
 
 #: the -m choices of every command that partitions (partition, preprocess, plot, predict, demo): one list
 METHODS = tuple(PARTITIONERS)
+#: the --nodes choices: mesh vertices (the default) or cell centres (finite-volume data)
+NODES = ("points", "cells")
+
+
+def add_nodes_argument(parser, default: Optional[str] = "points", extra: str = "") -> None:
+    """Add ``--nodes {points,cells}`` to a command's parser (one wording for every command).
+
+    Args:
+        parser: the command's ``argparse`` parser.
+        default: the default choice (``None``: taken from the input, as the command says in ``extra``).
+        extra: a sentence appended to the help.
+    """
+    parser.add_argument("--nodes", choices=NODES, default=default,
+                        help="points: the mesh vertices are the nodes and point fields their fields; cells: "
+                             "cell-centred data (finite-volume solutions), the volume cells are the nodes (at their "
+                             "centres), cell fields their fields, cells sharing a face (3D) or side (2D) their edges"
+                             + (f" (default: {default})" if default else "") + (f". {extra}" if extra else ""))
 
 
 def progress(total: int, desc: str, enabled: bool = True):
@@ -33,13 +51,14 @@ def progress(total: int, desc: str, enabled: bool = True):
     return bar
 
 
-def load_mesh_and_graph(path, knn: int, bar=None):
+def load_mesh_and_graph(path, knn: int, bar=None, nodes: str = "points"):
     """Read a mesh (or point cloud) and build its node graph.
 
     Args:
         path: mesh or point-cloud file.
         knn: neighbours per point for a point cloud (a file without cells).
         bar: optional :func:`progress` bar.
+        nodes: ``"points"`` or ``"cells"`` (``read_mesh(path, nodes=...)``).
 
     Returns:
         (mesh, edge_index [2, E], graph_info dict for meta.json)
@@ -48,7 +67,7 @@ def load_mesh_and_graph(path, knn: int, bar=None):
 
     if bar is not None:
         bar.set_postfix_str(f"reading {Path(path).name}")
-    mesh = read_mesh(path)
+    mesh = read_mesh(path, nodes=nodes)
     if bar is not None:
         bar.update()
         bar.set_postfix_str("building graph")

@@ -22,8 +22,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     Args:
         parser: the command's ``argparse`` parser.
     """
-    parser.add_argument("out", metavar="OUT", help="shard folder written by `meshshard partition` or `preprocess`")
+    parser.add_argument("out", metavar="OUT", help="shard folder written by `meshshard partition` or `preprocess`, "
+                        "or a mesh file (its nodes, graph, fields and named sets)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    from meshshard.cli._mesh_cmd import add_nodes_argument
+
+    add_nodes_argument(parser, default=None, extra="For a mesh file (default points); a folder's nodes are the ones "
+                       "it was written with (given, they must match)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,11 +46,14 @@ def run(args: argparse.Namespace) -> int:
     from meshshard.graph import load_part, read_meta, verify_parts
 
     out = Path(args.out)
+    if out.is_file():
+        return _mesh_info(out, args)
     if not out.is_dir():
-        raise FileNotFoundError(f"{out} is not a folder (expected a shard folder or dataset with meta.json)")
+        raise FileNotFoundError(f"{out} not found (expected a shard folder or dataset with meta.json, or a mesh file)")
     if is_dataset_dir(out):
         return _dataset_info(out, args)
     meta = read_meta(out)
+    _check_nodes(args, meta.get("nodes", "points"), out)
     problems = verify_parts(out)
     if problems:
         for p in problems:
@@ -78,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     src = meta.get("source")
-    print(f"{out}: {meta['num_parts']} parts of {meta['num_nodes']:,} nodes, {meta.get('num_edges', 0):,} edges"
+    what = "cells (cell-centred nodes)" if meta.get("nodes") == "cells" else "nodes"
+    print(f"{out}: {meta['num_parts']} parts of {meta['num_nodes']:,} {what}, {meta.get('num_edges', 0):,} edges"
           f"{', dim ' + str(meta['dim']) if meta.get('dim') else ''}; method {meta.get('method') or '?'}, "
           f"halo hops {meta.get('halo_hops', '?')}, format v{meta.get('format_version')}")
     if src:
@@ -106,6 +115,7 @@ def _dataset_info(out: Path, args: argparse.Namespace) -> int:
     from meshshard.graph import read_meta
 
     meta = read_dataset_meta(out)
+    _check_nodes(args, meta.get("nodes", "points"), out)
     problems = verify_dataset(out, progress=not (args.quiet or args.json))
     if problems:
         for p in problems:
@@ -134,7 +144,7 @@ def _dataset_info(out: Path, args: argparse.Namespace) -> int:
     n_files = sum(len(s["files"]) + 1 for s in meta["samples"])
     print(f"{out}: preprocessed dataset (format v{meta['format_version']}), {meta['num_samples']} sample(s), "
           f"{meta['num_parts']} parts each; method {meta['method']}, halo hops {meta['halo_hops']}, "
-          f"stored as {meta['dtype']}")
+          f"stored as {meta['dtype']}; nodes: mesh {meta.get('nodes', 'points')}")
     print(f"features {meta['features']} -> x columns {meta['feature_columns']}; targets {meta['targets']} -> "
           f"y columns {meta['target_columns']}; node types {['interior'] + list(meta['node_types'])}")
     print()
@@ -150,6 +160,54 @@ def _dataset_info(out: Path, args: argparse.Namespace) -> int:
             stat_rows.append([f"{key}: {c}", float(m), float(sd), int(st["count"])])
     print(format_table(["statistics (whole dataset)", "mean", "std", "count"], stat_rows, align="lrrr"))
     print(f"\nchecksums: all {n_files} files of {len(rows)} sample(s) OK")
+    return 0
+
+
+def _check_nodes(args: argparse.Namespace, nodes: str, out: Path) -> None:
+    """``--nodes`` given for a folder must be the nodes it was written with."""
+    if args.nodes is not None and args.nodes != nodes:
+        raise ValueError(f"--nodes {args.nodes}: {out} was written with nodes = {nodes}; drop --nodes")
+
+
+def _mesh_info(path: Path, args: argparse.Namespace) -> int:
+    """``info`` of a mesh file: its nodes (vertices, or cells with ``--nodes cells``), graph, fields, sets."""
+    import numpy as np
+
+    from meshshard.io import mesh_graph, mesh_graph_info, read_mesh
+
+    nodes = args.nodes or "points"
+    mesh = read_mesh(path, nodes=nodes)
+    edges = mesh_graph(mesh)
+    base = mesh.vertex_mesh if nodes == "cells" else mesh
+
+    def shapes(fields):
+        return {k: list(np.asarray(v).shape[1:]) for k, v in fields.items()}
+
+    summary = {
+        "source": str(path), "nodes": nodes, "num_nodes": mesh.num_nodes, "dim": mesh.dim,
+        "num_edges": int(edges.shape[1]), **mesh_graph_info(mesh),
+        "cells": {t: len(c) for t, c in base.cells.items()},
+        "boundary_cells": {t: len(c) for t, c in base.boundary_cells.items()},
+        "node_fields": shapes(mesh.point_data),
+        "cell_fields": shapes(mesh.cell_data),
+        "node_sets": {k: int(v.numel()) for k, v in mesh.node_sets.items()},
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    what = "cells as nodes (at their centres)" if nodes == "cells" else "nodes"
+    print(f"{path}: {mesh.num_nodes:,} {what}, dim {mesh.dim}; graph {summary['graph']}, {edges.shape[1]:,} directed edges")
+    if summary["cells"]:
+        print("cells: " + ", ".join(f"{t} {n:,}" for t, n in summary["cells"].items())
+              + ("; boundary cells: " + ", ".join(f"{t} {n:,}" for t, n in summary["boundary_cells"].items())
+                 if summary["boundary_cells"] else ""))
+    fields = ", ".join(f"{k}{v}" for k, v in summary["node_fields"].items()) or "none"
+    print(f"node fields ({'cell' if nodes == 'cells' else 'point'} data): {fields}")
+    if nodes == "points" and summary["cell_fields"]:
+        print("cell fields: " + ", ".join(f"{k}{v}" for k, v in summary["cell_fields"].items())
+              + " (the node fields of --nodes cells)")
+    sets = ", ".join(f"{k} ({n:,})" for k, n in summary["node_sets"].items())
+    print(f"named sets ({'cells' if nodes == 'cells' else 'nodes'} each): {sets or 'none (no boundary information)'}")
     return 0
 
 

@@ -12,8 +12,8 @@ import numpy as np
 import torch
 
 from meshshard._fileutil import atomic_dir, read_json_dict, release_free_heap
-from meshshard.cli._mesh_cmd import (METHODS, format_quality, format_table, load_mesh_and_graph, progress,
-                                     run_partition)
+from meshshard.cli._mesh_cmd import (METHODS, add_nodes_argument, format_quality, format_table, load_mesh_and_graph,
+                                     progress, run_partition)
 from meshshard.io.graph import DEFAULT_KNN
 from meshshard.datasets.preprocess import DATASET_FORMAT
 from meshshard.io import is_reader_field
@@ -79,6 +79,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed (default: 0)")
     parser.add_argument("--knn", type=int, default=DEFAULT_KNN, metavar="K", help="neighbours per point for point "
                         f"clouds, which have no cells (default: {DEFAULT_KNN})")
+    add_nodes_argument(parser, extra="With cells the part files hold the cell fields and meta.json says "
+                       '"nodes": "cells"')
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,8 +105,9 @@ def run(args: argparse.Namespace) -> int:
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshshard-sha256") as background:
         hashing = background.submit(sha256_file, src)
         with progress(3, "meshshard partition", not args.quiet) as bar:
-            mesh, edge_index, graph_info = load_mesh_and_graph(src, args.knn, bar)
+            mesh, edge_index, graph_info = load_mesh_and_graph(src, args.knn, bar, nodes=args.nodes)
             mesh.cells.clear()  # the graph is built: free the element arrays before METIS and the part files
+            mesh.vertex_mesh = None  # (cell-centred: the mesh the cells came from)
             release_free_heap()
             part = run_partition(mesh, edge_index, args.num_parts, args.method, args.seed, not args.no_refine, bar)
         source_sha256 = hashing.result()
@@ -119,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         "source": str(src.resolve()),
         "source_sha256": source_sha256,
         "source_format": src.suffix.lower(),
+        "nodes": args.nodes,
         "seed": args.seed,
         "refine": not args.no_refine,
         "node_sets": {k: int(v.numel()) for k, v in mesh.node_sets.items()},
@@ -133,14 +137,15 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - t0
 
     sizes = list(part.sizes)
-    print(f"{src.name}: {mesh.num_nodes:,} nodes, {edge_index.shape[1]:,} directed edges ({graph_info['graph']}), "
+    what = "cells as nodes" if args.nodes == "cells" else "nodes"
+    print(f"{src.name}: {mesh.num_nodes:,} {what}, {edge_index.shape[1]:,} directed edges ({graph_info['graph']}), "
           f"dim {mesh.dim} -> {part.num_parts} parts with {args.method} in {elapsed:.1f} s")
     print(format_table(["parts", "min size", "mean size", "max size"],
                        [[part.num_parts, min(sizes), round(sum(sizes) / len(sizes), 1), max(sizes)]]))
     print()
     print(format_quality(info.get("quality")))
     if skipped:
-        print(f"note: point data not stored (a reader's own bookkeeping, non-numeric, or the reserved name pos): "
+        print(f"note: {'cell' if args.nodes == 'cells' else 'point'} data not stored (a reader's own bookkeeping, non-numeric, or the reserved name pos): "
               f"{', '.join(skipped)}")
     print(f"\nwrote {out}/ (meta.json, partition.pt, {part.num_parts} part files)")
     return 0

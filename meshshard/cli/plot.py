@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from meshshard.cli._mesh_cmd import METHODS, load_mesh_and_graph, progress, run_partition
+from meshshard.cli._mesh_cmd import METHODS, add_nodes_argument, load_mesh_and_graph, progress, run_partition
 from meshshard.io.graph import DEFAULT_KNN
 
 HELP = "draw a partition (cells coloured by part, ghost nodes marked, part sizes) or a point field (--field, --compare)"
@@ -47,6 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       "--field / --compare: the box drawn instead of the whole mesh")
     zoom.add_argument("--no-zoom", action="store_true", help="2D: no zoom panel")
     parser.add_argument("--dpi", type=int, default=120, help="resolution (default: 120)")
+    add_nodes_argument(parser, default=None, extra="Default: a shard folder's or dataset's own; for a mesh file "
+                       "points, and with --field / --compare cells when the field is a cell field only. Cell data "
+                       "is drawn one colour per cell in 2D, as points at the cell centres in 3D")
     fields = parser.add_argument_group("point fields of a mesh file (instead of a partition; e.g. the OUT/<sample>.vtu "
                                        "of `meshshard predict`)")
     fields.add_argument("--field", metavar="NAME", help="draw this point field: 2D filled contours on the cells, 3D "
@@ -105,19 +108,29 @@ def run(args: argparse.Namespace) -> int:
         else:
             if args.num_parts is None:
                 raise ValueError("plotting a mesh file needs -k/--num-parts (or pass a shard folder)")
-            mesh, edge_index, _ = load_mesh_and_graph(src, DEFAULT_KNN if args.knn is None else args.knn, bar)
+            mesh, edge_index, _ = load_mesh_and_graph(src, DEFAULT_KNN if args.knn is None else args.knn, bar,
+                                                      nodes=args.nodes or "points")
             part = run_partition(mesh, edge_index, args.num_parts, args.method or "kdtree",
                                  0 if args.seed is None else args.seed, not args.no_refine, bar)
             quality = _quality(part, edge_index)
         bar.set_postfix_str(f"drawing {out.name}")
         zoom = None if args.no_zoom else (tuple(args.zoom) if args.zoom else "auto")
         name = mesh.source.name if mesh.source is not None else src.name
-        title = f"{name}: {mesh.num_nodes:,} nodes, {part.num_parts} parts ({part.method or args.method or 'kdtree'})"
+        what = "cells" if mesh.nodes == "cells" else "nodes"
+        title = f"{name}: {mesh.num_nodes:,} {what}, {part.num_parts} parts ({part.method or args.method or 'kdtree'})"
         plot_partition_summary(mesh, part, edge_index=edge_index, quality=quality, path=out, title=title,
                                show_ghosts=not args.no_ghosts, zoom=zoom, dpi=args.dpi)
         bar.update()
+    _note_3d_cells(mesh)
     print(f"wrote {out}")
     return 0
+
+
+def _note_3d_cells(mesh) -> None:
+    """Say how 3D cell data was drawn (there is no per-cell surface rendering of volume cells)."""
+    if mesh.nodes == "cells" and mesh.dim == 3:
+        print("note: 3D cell data is drawn as points at the cell centres, one colour per cell (volume cells are "
+              "not drawn as faces)")
 
 
 def _given(value) -> bool:
@@ -138,7 +151,7 @@ def _run_field(args, src: Path, out: Path) -> int:
     view = tuple(args.view) if args.view is not None else DEFAULT_VIEW
     with progress(2, "meshshard plot", not args.quiet) as bar:
         bar.set_postfix_str(f"reading {src.name}")
-        mesh = read_mesh(src)
+        mesh = _field_mesh(read_mesh(src), args.nodes, args.compare if args.compare is not None else args.field)
         bar.update()
         bar.set_postfix_str(f"drawing {out.name}")
         if args.compare is not None:
@@ -151,11 +164,25 @@ def _run_field(args, src: Path, out: Path) -> int:
                                   zoom=args.zoom, dpi=args.dpi,
                                   title=f"{src.name}: {args.compare}, prediction {shown} and error")
         else:
+            what = "cells" if mesh.nodes == "cells" else "nodes"
             plot_field(mesh, args.field, path=out, units=args.units, view=view, zoom=args.zoom, dpi=args.dpi,
-                       title=f"{src.name}: {args.field} ({mesh.num_nodes:,} nodes)")
+                       title=f"{src.name}: {args.field} ({mesh.num_nodes:,} {what})")
         bar.update()
+    _note_3d_cells(mesh)
     print(f"wrote {out}")
     return 0
+
+
+def _field_mesh(mesh, nodes, spec: str):
+    """The mesh whose node fields ``--field`` / ``--compare`` draw: ``mesh`` (point fields), or its
+    cell-centred view (cell fields) when ``nodes`` is ``"cells"``, or when ``nodes`` is not given and
+    the field is a cell field only (as ``meshshard predict`` writes a cell-centred model's output)."""
+    from meshshard.io import cells_as_nodes, parse_field
+
+    if nodes is None:
+        name = parse_field(spec)[0]
+        nodes = "cells" if name not in mesh.point_data and name in mesh.cell_data else "points"
+    return cells_as_nodes(mesh) if nodes == "cells" else mesh
 
 
 def _quality(part, edge_index):
@@ -188,7 +215,10 @@ def _from_shards(folder: Path, args, bar):
         raise ValueError(f"{part_file}: sha256 mismatch (corrupt or changed after writing)")
     knn = int(meta.get("knn_k") or (meta.get("settings") or {}).get("knn")
               or (DEFAULT_KNN if args.knn is None else args.knn))
-    mesh, edge_index, _ = load_mesh_and_graph(mesh_path, knn, bar)
+    nodes = meta.get("nodes") or (meta.get("settings") or {}).get("nodes", "points")  # a dataset sample: its settings
+    if args.nodes is not None and args.nodes != nodes:
+        raise ValueError(f"--nodes {args.nodes}: {folder} was partitioned with nodes = {nodes}; drop --nodes")
+    mesh, edge_index, _ = load_mesh_and_graph(mesh_path, knn, bar, nodes=nodes)
     try:
         part = Partition.load(part_file)
     except Exception as exc:  # noqa: BLE001 - an unreadable file is a bad input, not a crash

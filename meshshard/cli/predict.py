@@ -4,6 +4,9 @@ Each input sample becomes ``OUT/<sample>.vtu``: the input mesh (every cell and p
 with the model's prediction added as point data ``<target>_pred``, de-normalised with the
 checkpoint's statistics, and, when the input holds the target fields, ``<target>_error``
 (prediction minus truth) and a metrics line per target column (MSE, relative L2, max abs error).
+A checkpoint trained on cell-centred data (``--nodes cells`` at preprocessing, ``CheckpointInfo.nodes``)
+reads its inputs with ``read_mesh(path, nodes="cells")`` and writes ``<target>_pred`` /
+``<target>_error`` as CELL data of the input mesh (NaN on its boundary cells).
 :func:`meshshard.io.write_prediction` writes it (``meshshard demo`` writes its prediction with it too).
 
 Everything the model needs comes from the checkpoint (:func:`meshshard.models.load_checkpoint`):
@@ -11,9 +14,9 @@ model class and configuration, statistics, feature and target fields, node types
 
 On one process the model runs on the whole mesh. Under torchrun each rank runs the model on its
 part: mesh files are partitioned on the fly (every rank reads the mesh and builds the same
-partition), a preprocessed dataset folder with as many parts as ranks is read part by part (each
-rank reads only its own), and rank 0 gathers the prediction in the original node order and
-writes. A dataset preprocessed into another number of parts is predicted from its source meshes.
+partition), a preprocessed dataset folder is read part by part (each rank reads only its own part,
+or, on another number of ranks than the dataset's parts, the parts its share touches: parts are
+merged or split on load), and rank 0 gathers the prediction in the original node order and writes.
 Sharded and single-process outputs are equal (float64 to 1e-10).
 """
 from __future__ import annotations
@@ -76,6 +79,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="compute dtype (default: the checkpoint's)")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"],
                         help="auto: cuda when available (NCCL under torchrun), else cpu (gloo)")
+    from meshshard.cli._mesh_cmd import add_nodes_argument
+
+    add_nodes_argument(parser, default=None, extra="Default: as the checkpoint was trained (given, it must match). "
+                       "Cell-centred predictions are written as cell fields <target>_pred / <target>_error")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         predict(args.checkpoint, args.inputs, args.out, method=args.method, seed=args.seed,
                 amp=None if args.amp == "none" else args.amp, dtype=args.dtype, device=device,
-                progress=not args.quiet)
+                progress=not args.quiet, nodes=args.nodes)
         finished = True
     finally:
         if started_here:
@@ -121,11 +128,9 @@ def _samples(inputs, world: int) -> List[dict]:
                 if not source.is_file():
                     raise FileNotFoundError(f"{inp}: sample {s['name']}'s source mesh {source} is missing (predict "
                                             "writes the source mesh with the predicted fields)")
-                if int(meta["num_parts"]) == world:
-                    samples.append({"name": s["name"], "source": source, "dataset": Path(inp), "index": i,
-                                    "source_sha256": s["source_sha256"]})
-                else:  # the stored parts do not fit this many ranks: partition the source again
-                    samples.append({"name": s["name"], "source": source})
+                # read part by part, on any number of ranks (parts merged or split on load)
+                samples.append({"name": s["name"], "source": source, "dataset": Path(inp), "index": i,
+                                "source_sha256": s["source_sha256"]})
         else:
             samples += [{"name": f.stem, "source": f} for f in list_mesh_files(inp)]
     names = [s["name"] for s in samples]
@@ -140,7 +145,7 @@ def _check_features(samples: List[dict], info) -> None:
     """Every mesh input has the feature fields (checked before any work, naming file and field)."""
     from meshshard.io.fields import check_fields
 
-    check_fields([s["source"] for s in samples if "dataset" not in s], info.features, [])
+    check_fields([s["source"] for s in samples if "dataset" not in s], info.features, [], nodes=info.nodes)
 
 
 def _normalised(x, node_type, edge_attr, info, dtype):
@@ -155,7 +160,7 @@ def _mesh_inputs(path: Path, info, dtype):
     from meshshard.datasets.fields import field_columns, mesh_arrays
     from meshshard.io import read_mesh
 
-    mesh = read_mesh(path)
+    mesh = read_mesh(path, nodes=info.nodes)
     dims = len(info.stats.edge_attr.mean) - 1
     if mesh.points.shape[1] != dims:
         raise ValueError(f"{path}: a {mesh.points.shape[1]}D mesh, but the checkpoint was trained on {dims}D meshes")
@@ -181,6 +186,10 @@ class _Datasets:
         root = sample["dataset"]
         if root not in self.open:
             ds = ShardedMeshDataset(root, group=self.group, dtype=self.dtype, cache=False)
+            ds_nodes = ds.meta.get("nodes", "points")
+            if ds_nodes != info.nodes:
+                raise ValueError(f"{root}: its nodes are the mesh {ds_nodes}, the checkpoint was trained with nodes "
+                                 f"= {info.nodes}; preprocess it again with --nodes {info.nodes}")
             if ds.feature_columns != info.feature_columns:
                 raise ValueError(f"{root}: its feature columns {ds.feature_columns} are not the checkpoint's "
                                  f"{info.feature_columns}")
@@ -208,14 +217,15 @@ def _write_sample(sample: dict, mesh, pred: torch.Tensor, info, out_dir: Path) -
         if sha256_file(source) != sample["source_sha256"]:
             raise ValueError(f"{source} changed since it was preprocessed (sha256 differs); preprocess it again or "
                              "predict the file itself")
-        mesh = read_mesh(source)
+        mesh = read_mesh(source, nodes=info.nodes)
     path = out_dir / f"{sample['name']}.vtu"
     metrics = write_prediction(path, mesh, pred, info.targets, info.target_columns, source=source)
     return {"name": sample["name"], "path": path, "num_nodes": pred.shape[0], "metrics": metrics}
 
 
 def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: int = 0, amp: Optional[str] = None,
-            dtype: Optional[str] = None, device=None, group=None, progress: bool = True, echo=print) -> List[dict]:
+            dtype: Optional[str] = None, device=None, group=None, progress: bool = True, echo=print,
+            nodes: Optional[str] = None) -> List[dict]:
     """Predict every input sample with a checkpoint's model and write ``out/<sample>.vtu`` (collective).
 
     Every rank of ``group`` calls it with the same arguments; one rank runs the whole mesh,
@@ -235,6 +245,9 @@ def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: 
         group: process group (default: the world).
         progress: a progress bar over samples (rank 0).
         echo: where rank 0 prints its lines.
+        nodes: ``"points"`` or ``"cells"``; default (``None``) and required: the checkpoint's
+            (``CheckpointInfo.nodes``). Cell-centred predictions are written as cell fields of the
+            input mesh.
 
     Returns:
         On rank 0, per sample ``{"name", "path", "num_nodes", "metrics"}`` (``metrics``: per
@@ -267,6 +280,10 @@ def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: 
         return net, info
 
     net, info = run_together(load, f"predict: reading {checkpoint}", group)
+    if nodes is not None and nodes != info.nodes:
+        raise ValueError(f"--nodes {nodes}: the checkpoint {checkpoint} was trained with nodes = {info.nodes} "
+                         f"(its model takes {info.nodes == 'cells' and 'cell' or 'point'} fields); drop --nodes or "
+                         f"give --nodes {info.nodes}")
     run_dtype = getattr(torch, dtype) if dtype else info.dtype
     if amp == "bf16" and run_dtype != torch.float32:
         raise ValueError(f"--amp bf16 runs float32 layers in bfloat16; this run is {str(run_dtype)[6:]}: "

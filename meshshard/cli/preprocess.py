@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from meshshard.cli._mesh_cmd import METHODS
+from meshshard.cli._mesh_cmd import METHODS, add_nodes_argument
 from meshshard.io.graph import DEFAULT_KNN
 
 HELP = ("turn a dataset of meshes with fields into sharded training data (one shard folder per sample); with "
@@ -24,13 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("inputs", nargs="+", metavar="INPUT",
                         help="mesh files (any meshio format) or one folder of them; with --state, trajectories: "
                              "CASE.pvd, .xdmf time series, folders of numbered step files, MeshGraphNets folders")
-    parser.add_argument("-k", "--num-parts", type=int, required=True, help="parts per sample (= training ranks)")
+    parser.add_argument("-k", "--num-parts", type=int, required=True,
+                        help="parts per sample (best: the training ranks; other rank counts merge or split them on load)")
     parser.add_argument("-m", "--method", default="kdtree", choices=METHODS,
                         help="partitioner, as `meshshard partition -m` takes them (default: kdtree)")
     parser.add_argument("-o", "--out", required=True, help="output folder")
     parser.add_argument("--features", nargs="*", default=[], metavar="F",
-                        help="point fields for the node inputs x: NAME (all components), NAME[i,j], or pos")
-    parser.add_argument("--targets", nargs="*", default=[], metavar="T", help="point fields for the targets y")
+                        help="point fields (cell fields with --nodes cells) for the node inputs x: NAME (all "
+                        "components), NAME[i,j], or pos")
+    parser.add_argument("--targets", nargs="*", default=[], metavar="T",
+                        help="point fields (cell fields with --nodes cells) for the targets y")
     parser.add_argument("--halo-hops", type=int, default=1,
                         help="halo depth per part; >= the model's layers lets it exchange once (default 1)")
     parser.add_argument("--workers", type=int, default=1, help="files processed in parallel (processes)")
@@ -47,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "t + 1 the targets), e.g. --state velocity pressure; --features are then static fields")
     parser.add_argument("--split", default="train",
                         help="with --state: the split of a MeshGraphNets dataset to read (default train)")
+    add_nodes_argument(parser, extra="Training and `meshshard predict` then use the same nodes")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     res = preprocess_dataset(inputs, args.out, args.num_parts, args.features, args.targets, method=args.method,
                              halo_hops=args.halo_hops, workers=args.workers, seed=args.seed, dtype=args.dtype,
                              progress=not args.quiet, knn=args.knn,
-                             node_type_field=args.node_type)
+                             node_type_field=args.node_type, nodes=args.nodes)
     n = len(res.written) + len(res.skipped)
     print(f"{n} samples in {res.out_dir}: {len(res.written)} written, {len(res.skipped)} already done "
           f"(verified, skipped), {res.seconds:.1f} s")

@@ -109,6 +109,9 @@ class MeshDataset(torch.utils.data.Dataset):
         dtype: floating dtype of the returned tensors.
         cache: keep built samples in memory.
         knn: neighbours per point for files without cells (point clouds).
+        nodes: ``"points"`` (the mesh vertices are the nodes, point fields their fields) or
+            ``"cells"`` (cell-centred data: the volume cells are the nodes, the cell fields their
+            fields, cells sharing a face their edges; :func:`meshshard.io.cells_as_nodes`).
 
     Shapes (``ds[i]``):
         ``pos [N, d]``, ``x [N, F]``, ``y [N, T]``, ``edge_index [2, E]``, ``edge_attr [E, d + 1]``,
@@ -131,9 +134,13 @@ class MeshDataset(torch.utils.data.Dataset):
         dtype: torch.dtype = torch.float32,
         cache: bool = True,
         knn: int = DEFAULT_KNN,
+        nodes: str = "points",
     ) -> None:
+        if nodes not in ("points", "cells"):
+            raise ValueError(f"nodes must be 'points' (mesh vertices) or 'cells' (cell centres), got {nodes!r}")
         self.files = list_mesh_files(root_or_files)
         self.knn = knn
+        self.nodes = nodes
         if isinstance(features, str) or isinstance(targets, str):
             raise TypeError("features and targets must be lists of field names, not a single string")
         self.features, self.targets = list(features), list(targets)
@@ -155,13 +162,13 @@ class MeshDataset(torch.utils.data.Dataset):
         if self._node_types is None:
             from meshshard.io import read_mesh
 
-            self._node_types = node_type_vocabulary([list(read_mesh(f).node_sets) for f in self.files])
+            self._node_types = node_type_vocabulary([list(read_mesh(f, nodes=self.nodes).node_sets) for f in self.files])
         return self._node_types
 
     def _build64(self, idx: int):
         from meshshard.io import read_mesh
 
-        return mesh_to_data(read_mesh(self.files[idx]), self.features, self.targets, self.node_types,
+        return mesh_to_data(read_mesh(self.files[idx], nodes=self.nodes), self.features, self.targets, self.node_types,
                             dtype=torch.float64, knn=self.knn)
 
     def __getitem__(self, idx: int):

@@ -123,7 +123,7 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     done = _sample_is_done(sample_dir, settings, source_sha)
     if done is not None:
         return {"skipped": True, "meta": done, "dir": sample_dir.name}
-    mesh = read_mesh(src)
+    mesh = read_mesh(src, nodes=settings.get("nodes", "points"))
     field = settings.get("node_type_field")
     if field:  # integer types from a field: type v > 0 is the node type named "FIELD=v", 0 interior
         from meshshard.io import node_type_from_field
@@ -184,13 +184,15 @@ def preprocess_dataset(
     on_sample: Optional[Callable[[str, bool], None]] = None,
     knn: int = DEFAULT_KNN,
     node_type_field: Optional[str] = None,
+    nodes: str = "points",
 ) -> PreprocessResult:
     """Partition every mesh of a dataset and write it as sharded training data (see module doc).
 
     Args:
         inputs: a folder of mesh files, one file, or a list of files (any meshio format).
         out_dir: output folder.
-        num_parts: parts per sample (= ranks that will train on it).
+        num_parts: parts per sample (best: the ranks that will train on it; any other number of ranks
+            merges or splits them on load).
         features: field specs of the node inputs ``x`` (``"velocity"``, ``"velocity[0,1]"``, ``"pos"``).
         targets: field specs of ``y``.
         method: partitioner (``kdtree``, ``morton``, ``hilbert``, ``graph``).
@@ -204,6 +206,10 @@ def preprocess_dataset(
         node_type_field: a point or cell field holding integer node types
             (:func:`meshshard.io.node_type_from_field`), instead of the mesh's named boundary sets;
             type ``v > 0`` becomes the node type named ``"FIELD=v"``, ``0`` interior.
+        nodes: ``"points"`` (the mesh vertices are the nodes, point fields the features and
+            targets) or ``"cells"`` (cell-centred data, :func:`meshshard.io.cells_as_nodes`: the
+            volume cells are the nodes, cell fields the features and targets, cells sharing a
+            face the edges); recorded in the settings as ``"nodes": "cells"``.
 
     Returns:
         :class:`PreprocessResult`.
@@ -232,13 +238,17 @@ def preprocess_dataset(
         raise ValueError(f"workers must be an int >= 1, got {workers!r}")
     if not isinstance(knn, int) or isinstance(knn, bool) or knn < 1:
         raise ValueError(f"knn must be an int >= 1, got {knn!r}")
+    if nodes not in ("points", "cells"):
+        raise ValueError(f"nodes must be 'points' (mesh vertices) or 'cells' (cell centres), got {nodes!r}")
     names = [sample_dir_name(i, f) for i, f in enumerate(files)]
     out = Path(out_dir)
     check_dataset_dir(out)
-    check_fields(files, features, targets)  # every file, before the first partition
+    check_fields(files, features, targets, nodes=nodes)  # every file, before the first partition
     settings = _settings(num_parts, method, halo_hops, features, targets, seed, dtype, knn)
     if node_type_field is not None:  # only when given: datasets written without it keep their settings
         settings["node_type_field"] = str(node_type_field)
+    if nodes == "cells":  # likewise: vertex-based datasets keep the settings they were written with
+        settings["nodes"] = "cells"
     t0 = time.perf_counter()
     # A failed run removes the output folder if it made it and no sample was finished, and puts back
     # the dataset meta.json of an earlier run if every sample it vouches for is still the same.

@@ -54,7 +54,8 @@ class ShardedSample:
 class ShardedMeshDataset(torch.utils.data.Dataset):
     r"""A dataset written by ``meshshard preprocess`` (or :func:`preprocess_dataset`), read per rank.
 
-    ``ds[i]`` reads only this rank's ``part_XXXX.pt`` of sample ``i`` (checksum verified) and
+    ``ds[i]`` reads only this rank's ``part_XXXX.pt`` of sample ``i`` (checksum verified; on a
+    group of another size than the dataset's parts, the parts its share touches) and
     returns a :class:`ShardedSample` whose node fields are ShardTensors of the owned rows. Construction and ``ds[i]`` are collective: every rank of
     the group must build the dataset and ask for the same samples in the same order. A missing
     or corrupt file on one rank raises the same error on every rank, naming that rank and the
@@ -63,9 +64,12 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
     Args:
         root: the preprocessed folder (with the dataset ``meta.json``).
         rank: this rank (default: the group rank).
-        group: process group (default: the world); its size must equal the dataset's parts. In
-            data x domain training, the domain group (``mesh2d["domain"].get_group()``): its
-            ranks share each sample, and other groups may read other samples.
+        group: process group (default: the world). In data x domain training, the domain group
+            (``mesh2d["domain"].get_group()``): its ranks share each sample, and other groups may
+            read other samples. Of any size: a dataset preprocessed into ``K`` parts is
+            repartitioned on load for a group of ``W != K`` ranks (neighbouring parts merged or
+            parts split, :func:`meshshard.graph.repartition.load_repartitioned`), each rank
+            reading only the parts its share touches; results equal those on ``K`` ranks.
         dtype: floating dtype of the returned tensors (default: as stored).
         cache: keep loaded samples in memory.
 
@@ -86,16 +90,9 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
         self.rank = get_rank(group) if rank is None else int(rank)
         world = get_world_size(group)
 
-        def read_meta() -> dict:
-            meta = read_dataset_meta(self.root)
-            if int(meta["num_parts"]) != world:
-                raise ValueError(f"{self.root} was preprocessed into {meta['num_parts']} parts but this group has "
-                                 f"{world} ranks; rerun `meshshard preprocess -k {world}` or give the group "
-                                 f"{meta['num_parts']} ranks (the world, or the domain group of data x domain training)")
-            return meta
-
+        self.world_size = world
         # Ranks may read different copies (node-local disks): one bad copy fails every rank alike.
-        self.meta = run_together(read_meta, "ShardedMeshDataset", group)
+        self.meta = run_together(lambda: read_dataset_meta(self.root), "ShardedMeshDataset", group)
         self.stats = DatasetStats.from_dict(self.meta["stats"])
         self.node_types: List[str] = list(self.meta["node_types"])
         self.feature_columns: List[str] = list(self.meta["feature_columns"])
@@ -200,5 +197,6 @@ class ShardedMeshDataset(torch.utils.data.Dataset):
         return DatasetStats.from_sample_moments(per_sample)
 
     def __repr__(self) -> str:
-        return (f"ShardedMeshDataset({self.root}, {len(self)} samples, rank {self.rank}/{self.meta['num_parts']}, "
+        return (f"ShardedMeshDataset({self.root}, {len(self)} samples, rank {self.rank}/{self.world_size} "
+                f"({self.meta['num_parts']} parts stored), "
                 f"features={self.feature_columns}, targets={self.target_columns})")

@@ -8,7 +8,7 @@ import torch
 from meshshard import distributed as msd
 from meshshard.graph.halo import (HaloLayout, build_halo, build_halo_distributed, builder_and_plans, check_edge_index,
                                   check_hops)
-from meshshard.graph.parts_io import load_part
+from meshshard.graph.parts_io import load_part, read_meta
 from meshshard.graph.plan import ExchangePlan, build_plan_distributed
 
 __all__ = ["ShardedGraph"]
@@ -242,10 +242,15 @@ class ShardedGraph:
         other parts need not even be present on its file system. Features stored with the part are
         in ``g.node_data`` (owned + ghost rows) and ``g.edge_data`` (local edges).
 
+        A group of another size than the stored parts repartitions on load
+        (:func:`meshshard.graph.repartition.load_repartitioned`): neighbouring parts merged, or
+        parts split, each rank reading only the parts its share touches; results equal those on
+        ``num_parts`` ranks.
+
         Args:
             out_dir: directory written by :func:`meshshard.graph.save_parts`.
             rank: part to read (default: this process's rank in ``group``; must equal it).
-            group: process group with ``num_parts`` ranks.
+            group: process group, of ``num_parts`` ranks or any other size.
 
         Returns:
             :class:`ShardedGraph`.
@@ -255,6 +260,14 @@ class ShardedGraph:
             corrupt (sha256), or the parts do not belong together.
         """
         r = msd.get_rank(group) if rank is None else int(rank)
+        world = msd.get_world_size(group)
+        num_parts = msd.run_together(lambda: int(read_meta(out_dir)["num_parts"]), "ShardedGraph.load", group)
+        if num_parts != world:
+            if r != msd.get_rank(group):
+                raise ValueError(f"rank={r} does not match this process's rank {msd.get_rank(group)} in the group")
+            from meshshard.graph.repartition import load_repartitioned
+
+            return load_repartitioned(out_dir, group)
         part = msd.run_together(lambda: load_part(out_dir, r), "ShardedGraph.load", group)
         return cls.from_part(part, group)
 

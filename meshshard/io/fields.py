@@ -43,7 +43,7 @@ def parse_field(spec: str) -> Tuple[str, Optional[List[int]]]:
     return name, idx
 
 
-def check_fields(files: Sequence, features: Sequence[str], targets: Sequence[str]) -> None:
+def check_fields(files: Sequence, features: Sequence[str], targets: Sequence[str], nodes: str = "points") -> None:
     """Check that every file has every named point field, before any work is done on them.
 
     Reads only what :func:`meshshard.io.point_field_names` needs (a ``.vtu``'s header, a
@@ -53,6 +53,8 @@ def check_fields(files: Sequence, features: Sequence[str], targets: Sequence[str
         files: mesh file paths.
         features: field specs of the node inputs (see :func:`parse_field`).
         targets: field specs of the targets.
+        nodes: ``"cells"`` to check the cell fields (the node fields of
+            ``read_mesh(path, nodes="cells")``).
 
     Raises:
         ValueError: one message listing, per file that lacks some, every missing field and the
@@ -66,12 +68,13 @@ def check_fields(files: Sequence, features: Sequence[str], targets: Sequence[str
         return
     lines = []
     for f in files:
-        have = set(point_field_names(f)) | {POSITION_FIELD}
+        have = set(point_field_names(f, nodes=nodes)) | {POSITION_FIELD}
         missing = sorted({f"{name!r} not found ({role})" for name, role in wanted if name not in have})
         if missing:
             lines.append(f"  {f}: {'; '.join(missing)}; available: {sorted(have)}")
     if lines:
-        raise ValueError(f"point fields missing in {len(lines)} of {len(files)} input files (nothing was "
+        what = "cell fields (nodes = cells)" if nodes == "cells" else "point fields"
+        raise ValueError(f"{what} missing in {len(lines)} of {len(files)} input files (nothing was "
                          "written):\n" + "\n".join(lines))
 
 

@@ -50,17 +50,41 @@ def _target_keys(targets: Sequence[str], columns: Sequence[str]) -> List[tuple]:
     return out
 
 
+def _base_mesh(mesh):
+    """The vertex-based mesh a file is written from: ``mesh`` itself, or the mesh a cell-centred
+    mesh (``mesh.nodes == "cells"``) was made from."""
+    if getattr(mesh, "nodes", "points") != "cells":
+        return mesh
+    if mesh.vertex_mesh is None:
+        raise ValueError(f"{mesh.source or 'this cell-centred mesh'} has lost the mesh its cells came from "
+                         "(vertex_mesh is None): read it again with read_mesh(path, nodes='cells') to write it")
+    return mesh.vertex_mesh
+
+
+def _meshio_reads(source: Path) -> bool:
+    """Whether meshio reads ``source`` (the VTK formats of :mod:`meshshard.io.vtk_formats` and numpy
+    clouds it does not)."""
+    from meshshard.io.vtk_formats import VTK_SUFFIXES
+
+    suffix = source.suffix.lower()
+    return not (source.is_dir() or suffix in (".npz", ".npy") or suffix in VTK_SUFFIXES)
+
+
 def _output_mesh(mesh, source: Optional[Path]):
     """``mesh`` as a meshio mesh for the VTU: the file ``source`` as meshio reads it (every cell block
-    and cell field), or ``mesh``'s own cells where there is no such file; 3D points; a point cloud
-    gets vertex cells (meshio cannot read back a .vtu without cells)."""
+    and cell field), or ``mesh``'s own cells and cell fields where meshio cannot read such a file; 3D
+    points; a point cloud gets vertex cells (meshio cannot read back a .vtu without cells). A
+    cell-centred mesh is written as the mesh its cells came from."""
     import meshio
 
-    if source is None or source.suffix.lower() in (".npz", ".npy"):
-        n = mesh.num_nodes
-        cells = list(mesh.cells.items()) or [("vertex", np.arange(n).reshape(n, 1))]
-        out = meshio.Mesh(np.asarray(mesh.points), cells,
-                          point_data={k: np.asarray(v) for k, v in mesh.point_data.items()})
+    base = _base_mesh(mesh)
+    if source is None or not _meshio_reads(source):
+        n = base.num_nodes
+        cells = list(base.cells.items()) or [("vertex", np.arange(n).reshape(n, 1))]
+        sizes = np.cumsum([len(c) for _, c in cells])[:-1]
+        cell_data = {k: list(np.split(np.asarray(v), sizes)) for k, v in base.cell_data.items()} if base.cells else {}
+        out = meshio.Mesh(np.asarray(base.points), cells,
+                          point_data={k: np.asarray(v) for k, v in base.point_data.items()}, cell_data=cell_data)
     else:
         # read_mesh has read this file already and passed meshio's notes on; they are not repeated
         with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
@@ -71,18 +95,49 @@ def _output_mesh(mesh, source: Optional[Path]):
     return out
 
 
+def _cell_blocks(out, base, name: str, values: np.ndarray) -> List[np.ndarray]:
+    """One field over ``base``'s volume cells (numbered as :class:`meshshard.io.Mesh` numbers them)
+    split into the cell blocks of the meshio mesh ``out``; blocks of other cells (boundary lines or
+    faces) get NaN."""
+    from meshshard.io.cell_graph import cell_offsets
+
+    values = np.asarray(values)
+    if len(values) != base.num_cells:
+        raise ValueError(f"cell field {name!r} has {len(values)} rows, the mesh {base.num_cells} volume cells")
+    offsets = cell_offsets(base.cells)
+    seen = {t: 0 for t in base.cells}
+    blocks = []
+    for block in out.cells:
+        n = len(block.data)
+        if block.type in seen:
+            at = offsets[block.type] + seen[block.type]
+            blocks.append(values[at:at + n])
+            seen[block.type] += n
+        else:
+            blocks.append(np.full((n,) + values.shape[1:], np.nan))
+    if any(seen[t] != len(c) for t, c in base.cells.items()):
+        raise ValueError(f"the file's cell blocks hold {seen} volume cells, the mesh "
+                         f"{ {t: len(c) for t, c in base.cells.items()} }: it changed since it was read")
+    return blocks
+
+
 def write_vtu(path, mesh, point_data: Optional[Mapping] = None, *, source=None) -> Path:
     """Write ``mesh`` with its point fields and ``point_data`` as a .vtu file, atomically.
 
     An interruption leaves no partial file under ``path`` (:func:`meshshard._fileutil.atomic_path`).
-    2D points get a zero z; a point cloud gets one vertex cell per point.
+    2D points get a zero z; a point cloud gets one vertex cell per point. A cell-centred mesh
+    (``mesh.nodes == "cells"``, :func:`meshshard.io.cells_as_nodes`) is written as the mesh its
+    cells came from, and ``point_data`` (one row per node, that is per volume cell) as CELL data
+    of its volume cells; boundary cells of ``source`` get NaN in those fields.
 
     Args:
         path: the file to write (replaced if it exists).
         mesh: a :class:`meshshard.io.Mesh` with ``N`` nodes.
-        point_data: more point fields, name -> array ``[N]`` or ``[N, C]``, written after the mesh's own.
+        point_data: more node fields, name -> array ``[N]`` or ``[N, C]``, written after the mesh's own
+            (point data, or cell data of a cell-centred mesh).
         source: the file ``mesh`` was read from: its cells and cell fields are written as meshio reads
-            them (boundary cells included); default: ``mesh``'s volume cells.
+            them (boundary cells included); default, and for the formats meshio does not read
+            (``.vtp``, ``.pvtu``, OpenFOAM, ...): ``mesh``'s volume cells and their cell fields.
 
     Returns:
         ``path``.
@@ -91,7 +146,11 @@ def write_vtu(path, mesh, point_data: Optional[Mapping] = None, *, source=None) 
 
     path = Path(path)
     out = _output_mesh(mesh, None if source is None else Path(source))
+    cells = getattr(mesh, "nodes", "points") == "cells"
     for name, values in (point_data or {}).items():
+        if cells:
+            out.cell_data[name] = _cell_blocks(out, _base_mesh(mesh), name, values)
+            continue
         if len(values) != len(out.points):
             raise ValueError(f"point field {name!r} has {len(values)} rows, the mesh {len(out.points)} points")
         out.point_data[name] = values
@@ -106,7 +165,8 @@ def write_prediction(path, mesh, pred: torch.Tensor, targets: Sequence[str], tar
     and ``meshshard demo`` write).
 
     Each target gets the point field ``<target>_pred`` and, when ``mesh`` holds the target fields,
-    ``<target>_error`` (prediction minus truth); :func:`meshshard.viz.prediction_field_names` finds
+    ``<target>_error`` (prediction minus truth); for a cell-centred mesh (``mesh.nodes == "cells"``)
+    they are cell fields of the mesh its cells came from (see :func:`write_vtu`); :func:`meshshard.viz.prediction_field_names` finds
     them by these suffixes (:data:`PRED_SUFFIX`, :data:`ERROR_SUFFIX`). ``<target>`` is the target's
     field name (its selected components are the field's columns), or the column name
     (``velocity_0``) where two targets select from one field.
@@ -114,7 +174,8 @@ def write_prediction(path, mesh, pred: torch.Tensor, targets: Sequence[str], tar
     Args:
         path: the file to write (replaced if it exists).
         mesh: a :class:`meshshard.io.Mesh` with ``N`` nodes; its target fields are the truth.
-        pred: de-normalised prediction ``[N, C]``, one column per name in ``target_columns``.
+        pred: de-normalised prediction ``[N, C]`` (one row per node: per cell of a cell-centred
+            mesh), one column per name in ``target_columns``.
         targets: the target field specs the model was trained on (``["pressure", "velocity[0,1]"]``).
         target_columns: their ``C`` column names, as :func:`meshshard.io.field_columns` gives them.
         source: the file ``mesh`` was read from (see :func:`write_vtu`).
@@ -126,7 +187,7 @@ def write_prediction(path, mesh, pred: torch.Tensor, targets: Sequence[str], tar
     pred = pred.detach().to(torch.float64).cpu()
     if pred.dim() != 2 or pred.shape != (mesh.num_nodes, len(target_columns)):
         raise ValueError(f"{source or 'the mesh'}: pred must have shape [{mesh.num_nodes}, {len(target_columns)}] "
-                         f"(one row per point, one column per target column {list(target_columns)}), "
+                         f"(one row per node, one column per target column {list(target_columns)}), "
                          f"got {list(pred.shape)}")
     has_truth = all(parse_field(t)[0] in mesh.point_data or parse_field(t)[0] == POSITION_FIELD for t in targets)
     truth = torch.from_numpy(select_fields(mesh, targets)) if has_truth and targets else None

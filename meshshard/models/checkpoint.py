@@ -6,7 +6,8 @@ writes one through :func:`training_checkpoint`)::
     "model"      the inner model's state dict (not DomainParallel's: it loads on any number of ranks)
     "optimizer", "step", "rng", "args"   training state for --resume (optional)
     "meshshard"  {"format", "format_version", "model_class", "model_config", "dtype", "stats",
-                  "features", "targets", "feature_columns", "target_columns", "node_types", "knn"}
+                  "features", "targets", "feature_columns", "target_columns", "node_types", "knn",
+                  "nodes" (optional, "points" when absent)}
 
 A learned simulator's checkpoint (:func:`simulator_checkpoint`, written by
 ``examples/train_simulator.py --save``) has ``"kind": "simulator"`` and format version 2 in its
@@ -60,6 +61,8 @@ class CheckpointInfo:
         feature_columns, target_columns: one name per column (``velocity_0``, ``pressure``).
         node_types: node-set names in type order (type ``k + 1`` is ``node_types[k]``).
         knn: neighbours per point for point clouds (files without cells).
+        nodes: ``"points"`` (trained on mesh vertices) or ``"cells"`` (on cell-centred data:
+            ``read_mesh(path, nodes="cells")``).
         step: the training step it was saved at.
         extra: the rest of the checkpoint dict (``optimizer``, ``rng``, ``args``, ...).
         kind: ``"steady"`` (fields to fields) or ``"simulator"`` (a state to its next step).
@@ -80,6 +83,7 @@ class CheckpointInfo:
     node_types: List[str]
     knn: int
     step: int = 0
+    nodes: str = "points"
     extra: dict = field(default_factory=dict)
     kind: str = "steady"
     simulator: Optional[object] = None
@@ -91,16 +95,18 @@ def _dataset_spec(dataset) -> dict:
     if isinstance(meta, dict):  # ShardedMeshDataset: all of it is in the dataset meta.json
         return dict(features=list(meta["features"]), targets=list(meta["targets"]),
                     feature_columns=list(dataset.feature_columns), target_columns=list(dataset.target_columns),
-                    node_types=list(dataset.node_types), knn=int(meta["knn"]), stats=dataset.stats.to_dict())
+                    node_types=list(dataset.node_types), knn=int(meta["knn"]), stats=dataset.stats.to_dict(),
+                    nodes=str(meta.get("nodes", "points")))
     if not all(hasattr(dataset, a) for a in ("files", "features", "targets", "node_types", "knn", "stats")):
         raise TypeError(f"training_checkpoint needs a MeshDataset or ShardedMeshDataset, got {type(dataset).__name__}")
     from meshshard.datasets.fields import field_columns
     from meshshard.io import read_mesh
 
-    first = read_mesh(dataset.files[0])  # column names only (every file has the same ones)
+    nodes = str(getattr(dataset, "nodes", "points"))
+    first = read_mesh(dataset.files[0], nodes=nodes)  # column names only (every file has the same ones)
     return dict(features=list(dataset.features), targets=list(dataset.targets),
                 feature_columns=field_columns(first, dataset.features), target_columns=field_columns(first, dataset.targets),
-                node_types=list(dataset.node_types), knn=int(dataset.knn), stats=dataset.stats.to_dict())
+                node_types=list(dataset.node_types), knn=int(dataset.knn), stats=dataset.stats.to_dict(), nodes=nodes)
 
 
 def _plain_model(model) -> nn.Module:
@@ -252,6 +258,8 @@ def load_checkpoint(path: PathLike, map_location=None) -> Tuple[nn.Module, Check
     cls = MODEL_CLASSES.get(entry["model_class"])
     if cls is None:
         raise ValueError(f"{path}: unknown model class {entry['model_class']!r} (known: {sorted(MODEL_CLASSES)})")
+    if entry.get("nodes", "points") not in ("points", "cells"):
+        raise ValueError(f"{path}: nodes must be 'points' or 'cells', got {entry['nodes']!r}")
     if entry["dtype"] not in _DTYPES:
         raise ValueError(f"{path}: unknown dtype {entry['dtype']!r}")
     config = dict(entry["model_config"])
@@ -270,6 +278,6 @@ def load_checkpoint(path: PathLike, map_location=None) -> Tuple[nn.Module, Check
         stats=DatasetStats.from_dict(entry["stats"]), features=list(entry["features"]),
         targets=list(entry["targets"]), feature_columns=list(entry["feature_columns"]),
         target_columns=list(entry["target_columns"]), node_types=list(entry["node_types"]), knn=int(entry["knn"]),
-        step=int(ckpt.get("step", 0)), extra={k: v for k, v in ckpt.items() if k not in ("model", "meshshard", "step")},
-        kind=kind, simulator=spec)
+        nodes=str(entry.get("nodes", "points")), step=int(ckpt.get("step", 0)),
+        extra={k: v for k, v in ckpt.items() if k not in ("model", "meshshard", "step")}, kind=kind, simulator=spec)
     return model, info

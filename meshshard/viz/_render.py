@@ -15,7 +15,7 @@ import numpy as np
 from meshshard._fileutil import atomic_path
 from meshshard.io import Mesh
 
-__all__ = ["Box", "CELL_FACES_3D", "CORNERS_2D", "MAX_FACES_3D", "MAX_POINTS_3D", "PathLike", "check_box", "faces_seen_once", "fan_triangles", "frame_3d", "light_direction", "majority_part", "marker_size", "marker_size_3d", "new_figure", "points_and_mesh", "save_figure", "shade", "sort_rows", "surface_faces"]
+__all__ = ["Box", "CELL_FACES_3D", "CORNERS_2D", "MAX_FACES_3D", "MAX_POINTS_3D", "PathLike", "cell_drawing_2d", "cell_fan_triangles", "check_box", "faces_seen_once", "fan_triangles", "frame_3d", "light_direction", "majority_part", "marker_size", "marker_size_3d", "new_figure", "points_and_mesh", "save_figure", "shade", "sort_rows", "surface_faces"]
 
 
 PathLike = Union[str, os.PathLike]
@@ -62,6 +62,46 @@ def fan_triangles(cells: dict, assignment: np.ndarray):
             tris.append(corners[:, [0, i, i + 1]])
             parts.append(part)
     return np.concatenate(tris), np.concatenate(parts)
+
+
+def cell_fan_triangles(cells: dict):
+    """Triangulate 2D cells by fans over their corners, keeping which cell each triangle came from.
+
+    Args:
+        cells: dict cell type -> int array [n_cells, nodes_per_cell] (2D cells).
+
+    Returns:
+        ``(triangles [T, 3], cell [T])``: ``cell`` numbers the cells as :class:`Mesh` does (types
+        in dict order, then rows), so ``values[cell]`` colours each triangle by its cell's value.
+    """
+    tris, owner, at = [], [], 0
+    for ctype, conn in cells.items():
+        if ctype in CORNERS_2D:
+            corners = conn[:, : CORNERS_2D[ctype]]
+        elif ctype.startswith("polygon"):
+            corners = conn
+        else:
+            raise ValueError(f"cannot draw 2D cell type {ctype!r}")
+        ids = np.arange(at, at + len(conn))
+        for i in range(1, corners.shape[1] - 1):
+            tris.append(corners[:, [0, i, i + 1]])
+            owner.append(ids)
+        at += len(conn)
+    if not tris:
+        return np.empty((0, 3), dtype=np.int64), np.empty(0, dtype=np.int64)
+    return np.concatenate(tris), np.concatenate(owner)
+
+
+def cell_drawing_2d(mesh: Optional[Mesh]):
+    """For a cell-centred 2D mesh (``mesh.nodes == "cells"``): ``(vertex points [P, 2], triangles
+    [T, 3], cell of each triangle [T])`` to draw one colour per cell; ``None`` for other meshes."""
+    if mesh is None or getattr(mesh, "nodes", "points") != "cells" or mesh.vertex_mesh is None:
+        return None
+    base = mesh.vertex_mesh
+    if base.dim != 2 or base.topological_dim != 2:
+        return None
+    tris, cell = cell_fan_triangles(base.cells)
+    return base.points, tris, cell
 
 
 def marker_size(n_visible: int) -> float:

@@ -19,7 +19,8 @@ import torch
 from meshshard.io.fields import parse_field, select_fields
 from meshshard.io.write import ERROR_SUFFIX, PRED_SUFFIX
 from meshshard.io import Mesh
-from meshshard.viz._render import (MAX_FACES_3D, MAX_POINTS_3D, PathLike, check_box, fan_triangles, frame_3d,
+from meshshard.viz._render import (MAX_FACES_3D, MAX_POINTS_3D, PathLike, cell_drawing_2d, check_box, fan_triangles,
+                                  frame_3d,
                                     light_direction, marker_size, marker_size_3d, new_figure, points_and_mesh,
                                     save_figure, shade, surface_faces)
 
@@ -219,7 +220,16 @@ class _Geometry:
         self.triangulation = None  # 2D cells
         self.faces = None  # 3D: the surface faces to draw
         self.nodes = np.arange(len(p))  # else: the nodes to scatter
-        if not self.three_d and not self.mesh.is_point_cloud and self.mesh.topological_dim == 2:
+        self.tri_cell = None  # cell-centred 2D data: the cell (node) of each triangle, one colour per cell
+        cells_2d = cell_drawing_2d(self.mesh) if not self.three_d else None
+        if cells_2d is not None:
+            from matplotlib.tri import Triangulation
+
+            vx, tris, self.tri_cell = cells_2d
+            self.triangulation = Triangulation(vx[:, 0], vx[:, 1], tris)
+            if zoom is None:
+                self.box = (vx[:, 0].min(), vx[:, 0].max(), vx[:, 1].min(), vx[:, 1].max())
+        elif not self.three_d and not self.mesh.is_point_cloud and self.mesh.topological_dim == 2:
             from matplotlib.tri import Triangulation
 
             tris, _ = fan_triangles(self.mesh.cells, np.zeros(self.mesh.num_nodes, dtype=np.int64))
@@ -250,7 +260,10 @@ def _draw(ax, geo: _Geometry, values, norm, cmap, view: View, max_points: int, s
     from matplotlib.cm import ScalarMappable
 
     p = geo.points
-    if geo.triangulation is not None:
+    if geo.tri_cell is not None:  # cell data: a flat colour per cell, no interpolation between cells
+        mappable = ax.tripcolor(geo.triangulation, facecolors=values[geo.tri_cell], cmap=cmap, norm=norm,
+                                edgecolors="none", linewidth=0.0, rasterized=True)
+    elif geo.triangulation is not None:
         levels = np.linspace(norm.vmin, norm.vmax, _LEVELS + 1)
         mappable = ax.tricontourf(geo.triangulation, values, levels=levels, cmap=cmap, norm=norm)
     elif not geo.three_d:
@@ -335,8 +348,10 @@ def plot_field(
     """Draw one point field on a mesh, with a colour bar.
 
     2D meshes get filled contours on their cells, 3D volume meshes their boundary surface
-    coloured by the field, point clouds coloured points. Colour limits are the data range unless
-    ``vmin`` / ``vmax`` are given.
+    coloured by the field, point clouds coloured points. Cell-centred data (a mesh of
+    ``read_mesh(path, nodes="cells")``) gets one flat colour per cell in 2D, and coloured points
+    at the cell centres in 3D. Colour limits are the data range unless ``vmin`` / ``vmax`` are
+    given.
 
     Args:
         mesh_or_points: a :class:`~meshshard.io.Mesh`, or points ``[N, 2]`` / ``[N, 3]``.

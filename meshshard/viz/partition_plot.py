@@ -10,7 +10,8 @@ from typing import Optional, Sequence, Tuple, Union
 import numpy as np
 import torch
 
-from meshshard.viz._render import (CELL_FACES_3D, MAX_FACES_3D, MAX_POINTS_3D, Box, PathLike, check_box, fan_triangles,
+from meshshard.viz._render import (CELL_FACES_3D, MAX_FACES_3D, MAX_POINTS_3D, Box, PathLike, cell_drawing_2d, check_box,
+                                  fan_triangles,
                                     frame_3d, light_direction, majority_part, marker_size, marker_size_3d, new_figure,
                                     points_and_mesh, save_figure, shade, surface_faces)
 from meshshard.viz.colors import part_colormap, part_colors
@@ -221,7 +222,13 @@ def _ghost_size(n_visible: int) -> float:
 def _draw_2d(ax, points, mesh, assignment, num_parts, ghosts, box=None, show_cell_edges=False):
     cmap = part_colormap(num_parts)
     x, y = points[:, 0], points[:, 1]
-    if mesh is not None and not mesh.is_point_cloud and mesh.topological_dim == 2:
+    cells_2d = cell_drawing_2d(mesh) if points.shape[1] == 2 else None
+    if cells_2d is not None:  # cell-centred data: every cell in its part's colour
+        vx, tris, cell = cells_2d
+        ax.tripcolor(vx[:, 0], vx[:, 1], tris, facecolors=assignment[cell].astype(float), cmap=cmap, vmin=-0.5,
+                     vmax=num_parts - 0.5, edgecolors="none", linewidth=0.0)
+        n_visible = len(points)
+    elif mesh is not None and not mesh.is_point_cloud and mesh.topological_dim == 2:
         tris, tri_part = fan_triangles(mesh.cells, assignment)
         ax.tripcolor(x, y, tris, facecolors=tri_part.astype(float), cmap=cmap, vmin=-0.5,
                      vmax=num_parts - 0.5, edgecolors="none", linewidth=0.0)

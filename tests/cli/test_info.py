@@ -115,3 +115,23 @@ def test_info_names_the_ghost_counts(shards, data_dir, capsys):
     out = capsys.readouterr().out
     assert f"ghosts: {total:,} summed over parts, {distinct:,} distinct nodes" in out
     assert "ghosts (1-hop, sum over parts)" in out and "ghost_nodes" not in out
+
+
+def test_info_of_a_mesh_file_and_cells_as_nodes(data_dir, shards, capsys):
+    from meshshard.io import cell_adjacency, read_mesh
+
+    src = data_dir / "rae2822_turb.su2"
+    capsys.readouterr()
+    assert main(["info", str(src)]) == 0
+    out = capsys.readouterr().out
+    for needle in ("13,937 nodes", "graph mesh_edges", "triangle 18,042, quad 4,800", "boundary cells: line 232",
+                   "AIRFOIL (192)", "(nodes each)"):
+        assert needle in out, (needle, out)
+    assert main(["info", str(src), "--nodes", "cells", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["nodes"] == "cells" and data["graph"] == "cell_faces" and data["num_nodes"] == 22842
+    assert data["num_edges"] == cell_adjacency(read_mesh(src).cells).shape[1]
+    assert data["node_sets"]["AIRFOIL"] == 192  # the cells owning one of the 192 airfoil lines
+    # a folder's nodes are its own
+    assert main(["info", str(shards), "--nodes", "cells"]) == 2
+    assert "was written with nodes = points; drop --nodes" in capsys.readouterr().err

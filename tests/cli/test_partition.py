@@ -199,3 +199,25 @@ def test_partition_command_does_not_import_the_dtensor_stack(data_dir, tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "0 []", out.stdout
     assert read_meta(tmp_path / "out")["num_parts"] == 3
+
+
+def test_partition_cells_as_nodes(data_dir, tmp_path, capsys):
+    """--nodes cells: the parts hold the cells (centres as pos, cell fields as node fields), the graph
+    is the cell graph, meta.json says so; on a small mixed mesh and on the rae2822 markers."""
+    from tests.cli._cell_meshes import write_mixed_cells
+
+    src = write_mixed_cells(tmp_path / "mixed.vtu")
+    out = tmp_path / "mixed"
+    assert main(["partition", str(src), "--nodes", "cells", "-k", "3", "-o", str(out), "-q"]) == 0
+    mesh = read_mesh(src, nodes="cells")
+    assert sorted(mesh.point_data) == ["u", "v"] and mesh.num_nodes == 18
+    meta = _check_folder(out, mesh, 3, mesh.edge_index())
+    assert meta["nodes"] == "cells" and meta["graph"] == "cell_faces" and meta["cell_types"] == ["quad", "triangle"]
+    assert "18 cells as nodes" in capsys.readouterr().out
+    src = data_dir / "rae2822_turb.su2"
+    out = tmp_path / "rae"
+    assert main(["partition", str(src), "--nodes", "cells", "-k", "4", "-m", "graph", "-o", str(out), "-q"]) == 0
+    mesh = read_mesh(src, nodes="cells")
+    meta = _check_folder(out, mesh, 4, mesh.edge_index())
+    assert meta["num_nodes"] == 18042 + 4800
+    assert meta["node_sets"] == {k: int(v.numel()) for k, v in mesh.node_sets.items()} and meta["node_sets"]["AIRFOIL"] > 0

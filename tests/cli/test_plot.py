@@ -265,3 +265,30 @@ def test_plot_compare_without_error_fields(tmp_path, capsys):
     assert main(["plot", str(vtu), "--compare", "vel[2]", "-o", str(tmp_path / "b.png"), "-q"]) == 2
     assert ("'vel_pred' holds 2 of the 3 components of 'vel' and there is no 'vel_error' to tell which"
             in capsys.readouterr().err)
+
+
+def test_plot_cell_data(data_dir, tmp_path, capsys, monkeypatch):
+    """Cell fields: --field / --compare pick the cell-centred view by themselves (a cell field only)
+    and draw a colour per cell; -k with --nodes cells colours each cell by its part; a shard folder
+    written with --nodes cells is drawn with its cells; 3D cell data says how it is drawn."""
+    import meshshard.viz as viz
+    from tests.cli._cell_meshes import write_cylinder_cells, write_mixed_cells
+
+    src = write_cylinder_cells(tmp_path / "cyl_cells.vtu", data_dir)
+    drawn = []
+    real = viz.plot_field
+    monkeypatch.setattr(viz, "plot_field", lambda mesh, *a, **k: drawn.append(mesh) or real(mesh, *a, **k))
+    png = tmp_path / "f.png"
+    assert main(["plot", str(src), "--field", "pressure", "-o", str(png), "--dpi", "40", "-q"]) == 0
+    assert drawn[-1].nodes == "cells" and drawn[-1].num_nodes == 14594 and png.stat().st_size > 5_000
+    png = tmp_path / "p.png"
+    assert main(["plot", str(src), "--nodes", "cells", "-k", "3", "-o", str(png), "--dpi", "50", "-q"]) == 0
+    assert (_parts_seen(png, 3) > 50).all()
+    out = tmp_path / "shards"
+    assert main(["partition", str(src), "--nodes", "cells", "-k", "2", "-o", str(out), "-q"]) == 0
+    assert main(["plot", str(out), "-o", str(tmp_path / "s.png"), "--dpi", "40", "-q"]) == 0
+    assert main(["plot", str(out), "--nodes", "points", "-o", str(tmp_path / "s.png"), "-q"]) == 2
+    assert "partitioned with nodes = cells" in capsys.readouterr().err
+    src3 = write_mixed_cells(tmp_path / "mixed3.vtu", dim=3)
+    assert main(["plot", str(src3), "--field", "u", "-o", str(png), "--dpi", "40", "-q"]) == 0
+    assert "3D cell data is drawn as points at the cell centres" in capsys.readouterr().out

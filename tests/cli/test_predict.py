@@ -194,3 +194,74 @@ def test_bad_inputs_raise_clear_errors_and_write_nothing(setup, data_dir, tmp_pa
         err = capsys.readouterr().err
         assert err.startswith("meshshard predict: error:") and all(m in err for m in messages), (argv, err)
         assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def cells(tmp_path_factory, data_dir):
+    """A checkpoint trained on cell-centred data (the cylinder solution averaged onto its cells), a
+    2-part dataset of it, and its single-process prediction."""
+    from tests.cli._cell_meshes import write_cylinder_cells
+
+    tmp = tmp_path_factory.mktemp("predict_cells")
+    src = write_cylinder_cells(tmp / "cyl_cells.vtu", data_dir)
+    ck = _checkpoint(tmp / "cells.pt", [src], ["velocity[0,1]"], ["pressure"], nodes="cells")
+    ds_root = tmp / "ds"
+    preprocess_dataset([src], ds_root, 2, ["velocity[0,1]"], ["pressure"], dtype="float64", progress=False,
+                       nodes="cells")
+    single = predict(ck, [src], tmp / "single", **QUIET)[0]
+    return dict(tmp=tmp, src=src, ck=ck, ds_root=ds_root, single=single)
+
+
+def _cell_fields(path):
+    m = meshio.read(path)
+    return {k: np.concatenate(v) for k, v in m.cell_data.items()}
+
+
+def test_cell_centred_prediction_is_cell_data_of_the_input(cells):
+    res = cells["single"]
+    assert res["num_nodes"] == 14594 and load_checkpoint(cells["ck"])[1].nodes == "cells"
+    out, src = _cell_fields(res["path"]), _cell_fields(cells["src"])
+    assert not meshio.read(res["path"]).point_data
+    model, info = load_checkpoint(cells["ck"])
+    ds = MeshDataset([cells["src"]], info.features, info.targets, stats=info.stats, dtype=torch.float64, nodes="cells")
+    x, e, _ = ds.model_inputs(ds[0])
+    with torch.no_grad():
+        expect = info.stats.y.denormalize(model(x, ds[0].edge_index, e))[:, 0].numpy()
+    # the blocks of this file are one per type, in Mesh order: the concatenation is the Mesh's cell order
+    np.testing.assert_allclose(out["pressure_pred"], expect, rtol=0, atol=1e-12 * np.abs(expect).max())
+    np.testing.assert_allclose(out["pressure_error"], expect - src["pressure"], rtol=0, atol=1e-9 * np.abs(expect).max())
+    np.testing.assert_array_equal(out["velocity"], src["velocity"])  # the input's cell fields are kept
+    assert res["metrics"]["pressure"]["rel_l2"] > 0
+
+
+def _cells_sharded(rank, world, cells):
+    from meshshard.distributed import new_group
+
+    groups = {w: new_group(range(w)) for w in range(2, world + 1)}
+    for w, g in groups.items():
+        if rank < w:
+            predict(cells["ck"], [cells["src"]], cells["tmp"] / f"file_w{w}", group=g, **QUIET)
+            predict(cells["ck"], [cells["ds_root"]], cells["tmp"] / f"ds_w{w}", group=g, **QUIET)
+    return 0
+
+
+@pytest.mark.timeout(300)
+def test_cell_centred_sharded_equals_single_process(cells):
+    assert run_distributed(_cells_sharded, 3, args=(cells,), timeout=280) == [0] * 3
+    ref = _cell_fields(cells["single"]["path"])["pressure_pred"]
+    for w in (2, 3):
+        _assert_close(_cell_fields(cells["tmp"] / f"file_w{w}" / "cyl_cells.vtu")["pressure_pred"], ref, 1e-10)
+        _assert_close(_cell_fields(cells["tmp"] / f"ds_w{w}" / "00000_cyl_cells.vtu")["pressure_pred"], ref, 1e-10)
+
+
+def test_nodes_must_match_the_checkpoint(cells, setup, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["predict", "-q", "--checkpoint", str(cells["ck"]), str(cells["src"]), "--nodes", "points",
+                 "-o", str(out)]) == 2
+    assert "was trained with nodes = cells" in capsys.readouterr().err
+    # a vertex checkpoint on a cell-centred dataset, and a cell checkpoint on a vertex dataset
+    for ck, ds in ((setup["ck"]["cyl"], cells["ds_root"]), (cells["ck"], setup["ds_root"])):
+        assert main(["predict", "-q", "--checkpoint", str(ck), str(ds), "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert "preprocess it again with --nodes" in err or "feature columns" in err, err
+        assert not out.exists()

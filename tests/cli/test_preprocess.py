@@ -38,8 +38,8 @@ def test_preprocess_real_meshes_with_workers(tmp_path, data_dir, capsys):
     # statistics computed once, by worker processes, equal the single-process dataset's exactly
     ref = MeshDataset(files, ["pos"], ["pos[0]"])
     assert DatasetStats.from_dict(meta["stats"]).equal(ref.stats)
-    with pytest.raises(ValueError, match="3 parts"):
-        ShardedMeshDataset(out)  # this process is world size 1
+    ds = ShardedMeshDataset(out)  # this process is world size 1: the 3 parts merged on load
+    assert ds[0].graph.world_size == 1 and ds[0].x.shape[0] == meta["samples"][0]["num_nodes"]
 
 
 def test_interrupted_preprocess_resumes(tmp_path, data_dir, capsys):
@@ -152,3 +152,33 @@ def test_trajectories_with_state(tmp_path, capsys):
         assert message in capsys.readouterr().err
     assert main(["preprocess", str(pvd), "-k", "2", "-o", str(tmp_path / "o2"), "--features", "temperature"]) == 2
     assert "is a trajectory (time steps of one mesh): name the fields that evolve with --state" in capsys.readouterr().err
+
+
+def test_preprocess_cells_as_nodes(tmp_path, data_dir, capsys):
+    """--nodes cells on rae2822: one node per cell (centre as pos), the markers as cell node types,
+    the settings and `info` say nodes = cells; a cell field missing is named as a cell field."""
+    from meshshard.datasets import read_dataset_meta
+    from meshshard.datasets.fields import node_type_ids
+    from meshshard.graph import load_part
+    from meshshard.io import read_mesh
+
+    src = data_dir / "rae2822_turb.su2"
+    out = tmp_path / "ds"
+    assert main(["preprocess", str(src), "--nodes", "cells", "-k", "3", "-o", str(out), "--features", "pos",
+                 "--targets", "pos[1]", "--dtype", "float64", "-q"]) == 0
+    meta = read_dataset_meta(out)
+    assert meta["nodes"] == "cells" and meta["node_types"] == ["AIRFOIL", "FARFIELD"]
+    assert meta["samples"][0]["num_nodes"] == 22842
+    mesh = read_mesh(src, nodes="cells")
+    types = node_type_ids(mesh, meta["node_types"])
+    for r in range(3):
+        part = load_part(out / meta["samples"][0]["dir"], r)
+        ids = torch.cat([part["owned_ids"], part["ghost_ids"]])
+        assert torch.equal(part["node_data"]["pos"], torch.from_numpy(mesh.points)[ids])
+        assert torch.equal(part["node_data"]["node_type_id"], types[ids])
+    capsys.readouterr()
+    assert main(["info", str(out), "-q"]) == 0
+    assert "nodes: mesh cells" in capsys.readouterr().out
+    assert main(["preprocess", str(src), "--nodes", "cells", "-k", "2", "-o", str(tmp_path / "no"),
+                 "--features", "pressure", "-q"]) == 2
+    assert "cell fields (nodes = cells) missing" in capsys.readouterr().err

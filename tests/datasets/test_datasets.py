@@ -193,11 +193,16 @@ def test_sharded_dataset_equals_single_process(preprocessed, references, world_s
     assert total[str(base / "markers")] == 5233 + 13937 + 14831
 
 
-def test_sharded_dataset_needs_matching_world_size(preprocessed):
+def test_sharded_dataset_on_another_number_of_ranks_merges_its_parts(preprocessed, references):
+    """One process reads a 2-part dataset whole (both parts merged on load; tests/datasets/test_sharded.py
+    trains on 1-3 ranks); a folder that is no dataset is refused."""
     from meshshard.datasets import ShardedMeshDataset
 
-    with pytest.raises(ValueError, match="2 parts"):
-        ShardedMeshDataset(preprocessed[2] / "fields")  # world size 1 here
+    ds = ShardedMeshDataset(preprocessed[2] / "fields")  # world size 1 here
+    s, d = ds[0], references[0][0][0]
+    assert s.graph.world_size == 1 and ds.meta["num_parts"] == 2 and "1 (2 parts stored)" in repr(ds)
+    assert torch.equal(s.x.to_local(), d.x[s.owned_ids]) and torch.equal(s.edge_attr, d.edge_attr[s.graph.edge_ids])
+    assert torch.equal(s.owned_ids.sort().values, torch.arange(d.num_nodes))
     with pytest.raises(FileNotFoundError, match="meta.json"):
         ShardedMeshDataset(preprocessed[2])  # not a dataset folder
 

@@ -125,3 +125,38 @@ def test_write_pvd_round_trip(tmp_path):
     with pytest.raises(ValueError, match="no steps"):
         write_pvd(tmp_path / "bad.pvd", [])
     assert not (tmp_path / "bad.pvd").exists()
+
+
+def test_a_cell_centred_prediction_is_written_as_cell_data_of_the_source(tmp_path, data_dir):
+    """rae2822 (triangles, quads and marker lines) read with nodes='cells': <target>_pred / _error are
+    cell fields of its volume cells in Mesh order, NaN on the boundary lines, and read back as the
+    node fields of read_mesh(nodes='cells'); without the source file, the mesh's own volume cells."""
+    src = data_dir / "rae2822_turb.su2"
+    mesh = read_mesh(src, nodes="cells")
+    pred = torch.from_numpy(2.0 * mesh.points[:, 1:2])
+    metrics = write_prediction(tmp_path / "p.vtu", mesh, pred, ["pos[1]"], ["pos_1"], source=src)
+    out = meshio.read(tmp_path / "p.vtu")
+    assert "pos_pred" not in out.point_data and {c.type for c in out.cells} == {"triangle", "quad", "line"}
+    at = {t: 0 for t in mesh.vertex_mesh.cells}
+    offsets = {"triangle": 0, "quad": len(mesh.vertex_mesh.cells["triangle"])}
+    for block, values in zip(out.cells, out.cell_data["pos_pred"]):
+        if block.type == "line":
+            assert np.isnan(values).all()
+            continue
+        start = offsets[block.type] + at[block.type]
+        np.testing.assert_array_equal(values, pred[start:start + len(values), 0].numpy())
+        at[block.type] += len(values)
+    back = read_mesh(tmp_path / "p.vtu", nodes="cells")
+    np.testing.assert_array_equal(back.point_data["pos_pred"], pred[:, 0].numpy())
+    np.testing.assert_allclose(back.point_data["pos_error"], mesh.points[:, 1], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(metrics["pos_1"]["mse"], np.mean(mesh.points[:, 1] ** 2), rtol=1e-12)
+    # no source: the volume cells and their cell fields, the new field among them
+    mesh.vertex_mesh.cell_data["tag"] = np.arange(mesh.num_nodes) % 7
+    back = read_mesh(write_vtu(tmp_path / "v.vtu", mesh, {"a": np.arange(mesh.num_nodes, dtype=float)}), nodes="cells")
+    np.testing.assert_array_equal(back.point_data["a"], np.arange(mesh.num_nodes))
+    np.testing.assert_array_equal(back.point_data["tag"], np.arange(mesh.num_nodes) % 7)
+    with pytest.raises(ValueError, match="cell field 'a' has 3 rows, the mesh 22842 volume cells"):
+        write_vtu(tmp_path / "short.vtu", mesh, {"a": np.zeros(3)})
+    mesh.vertex_mesh = None
+    with pytest.raises(ValueError, match="vertex_mesh is None"):
+        write_vtu(tmp_path / "lost.vtu", mesh, {"a": np.zeros(3)})

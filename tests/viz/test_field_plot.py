@@ -193,3 +193,28 @@ def test_field_values_of_several_specs(cylinder):
     assert np.allclose(values, np.hypot(v[:, 0], cylinder.point_data["pressure_pred"]))
     with pytest.raises(ValueError, match="empty list"):
         field_values(cylinder, [])
+
+
+def test_cell_data_is_drawn_one_flat_colour_per_cell():
+    """A cell-centred 2D mesh (mixed quads and triangles): every fan triangle of a cell has that cell's
+    value (plot_field) or part (plot_partition), no contour interpolation between cells."""
+    from matplotlib.collections import PolyCollection
+
+    from meshshard.io import cells_as_nodes
+    from meshshard.viz import plot_partition
+    from tests.io.test_cell_graph import mixed_2d
+
+    pts, cells = mixed_2d()
+    n_quad, n_tri = len(cells["quad"]), len(cells["triangle"])
+    u = np.arange(n_quad + n_tri, dtype=float) ** 2
+    mesh = cells_as_nodes(Mesh(pts, cells=cells, cell_data={"u": u}))
+    # quads give two fan triangles each, triangles one; cells numbered quads first (dict order)
+    want = np.concatenate([np.repeat(u[:n_quad][None], 2, 0).reshape(-1), u[n_quad:]])
+    fig = plot_field(mesh, "u")
+    faces = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
+    assert len(faces) == 1 and np.array_equal(faces[0].get_array(), want)
+    part = np.arange(n_quad + n_tri) % 3
+    fig = plot_partition(mesh, part, zoom=None)
+    faces = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
+    want = np.concatenate([np.repeat(part[:n_quad][None], 2, 0).reshape(-1), part[n_quad:]])
+    assert len(faces) == 1 and np.array_equal(faces[0].get_array(), want)
