@@ -187,8 +187,11 @@ def sharded_forward(module: nn.Module, x, g, args=(), kwargs=None, *, exchange: 
     if once and count[0] > g.halo_hops:
         if exchange == "auto" and layers:  # learnt now, the same on every rank: run again one exchange per layer
             return sharded_forward(module, x, g, *given, exchange="per_layer")
-        raise ValueError(f"DomainParallel: the model propagated {count[0]} times in one call, but the graph has "
-                         f"halo_hops={g.halo_hops}; build it with halo_hops >= {count[0]} or use exchange='per_layer'")
+        first = out[0] if isinstance(out, tuple) else out
+        if not (isinstance(first, torch.Tensor) and guard.node_exactness(first) is not None):
+            raise ValueError(f"DomainParallel: the model propagated {count[0]} times in one call, but the graph has "
+                             f"halo_hops={g.halo_hops}; build it with halo_hops >= {count[0]} or use "
+                             "exchange='per_layer'")
     return _owned_outputs(out, g, guard, once, type(module).__name__)
 
 
@@ -290,7 +293,9 @@ def _exchange_per_layer(module: nn.Module, g, guard, once: bool, grad_enabled: b
             return None
         used = counts[m] - calls.pop(m)
         try:
-            if used > 1:
+            first = out[0] if isinstance(out, tuple) else out
+            followed = isinstance(first, torch.Tensor) and guard.node_exactness(first) is not None
+            if used > 1 and not followed:  # the guard follows hops exactly; else count propagate calls
                 raise ValueError(
                     f"DomainParallel: {type(m).__name__} propagated {used} times in one call (a {used}-hop layer), "
                     "but exchange='per_layer' gives each layer 1 hop; build the graph with halo_hops >= the model's "
