@@ -245,5 +245,5 @@ def test_wrap_errors_single_process():
         ms.DomainParallel(lambda x: x)
     with pytest.raises(ValueError, match="exchange must be"):
         ms.DomainParallel(torch.nn.Linear(2, 2), exchange="never")
-    with pytest.raises(TypeError, match="pass the ShardedGraph"):
+    with pytest.raises(TypeError, match="no ShardedGraph and no ShardTensor input"):
         ms.DomainParallel(torch.nn.Linear(2, 2))(torch.zeros(3, 2))

@@ -417,3 +417,25 @@ def test_pyg_sweep_exact_or_refused(data_dir):
     assert not bad, f"tally {tally}; wrong or crashing: " + "; ".join(f"{k}: {v}" for k, v in sorted(bad.items()))
     for r in results[1:]:
         assert {k: v[0] for k, v in r.items()} == {k: v[0] for k, v in merged.items()}
+
+
+def _bad_input_on_one_rank(rank, world, data_dir):
+    import meshshard as ms
+    from meshshard.distributed import CollectiveMismatchError
+    from torch_geometric.nn import SAGEConv
+
+    mesh = ms.read_mesh(data_dir / "naca0012_inviscid.su2")
+    ei = mesh.edge_index()
+    part = ms.partition(torch.as_tensor(mesh.points), world, method="kdtree", edge_index=ei, refine=False)
+    g = ms.ShardedGraph.from_partition(ei, part)
+    torch.manual_seed(0)
+    dp = ms.DomainParallel(SAGEConv(F, H).double())
+    rows = g.num_owned - (1 if rank == 0 else 0)  # rank 0 breaks the contract, the others keep it
+    with pytest.raises(CollectiveMismatchError, match=r"rank\(s\) \[0\].*SAGEConv"):
+        dp(torch.zeros(rows, F, dtype=torch.float64), g)
+    out = dp(torch.zeros(g.num_owned, F, dtype=torch.float64), g)  # the group is still in step
+    return out.to_local().shape[0] == g.num_owned
+
+
+def test_bad_input_on_one_rank_raises_on_every_rank(data_dir):
+    assert all(run_distributed(_bad_input_on_one_rank, world_size=2, args=(data_dir,), timeout=120))

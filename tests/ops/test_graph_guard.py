@@ -73,7 +73,7 @@ def test_sum_of_weights_complete_with_adapted_edges():
     lambda x, ei: x[torch.randperm(N)],
     lambda x, ei: x[:3],
     lambda x, ei: torch.sparse_coo_tensor(ei, torch.ones(E), (N, N)),
-    lambda x, ei: torch.randn(N, 3, dtype=x.dtype)[ei[0]],
+    lambda x, ei: torch.nn.Parameter(torch.randn(N, 3, dtype=x.dtype))[ei[0]],
 ])
 def test_whole_graph_ops_refused(op):
     guard = GraphGuard(2, "Model", per_layer=False)
