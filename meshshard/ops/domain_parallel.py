@@ -21,6 +21,10 @@ Graph models run in one of two modes, chosen per call (``exchange="auto"``):
   calls (learnt on the first call) fits in ``g.halo_hops``.
 
 ``gcn_norm`` layers get whole-graph degrees through :func:`meshshard.ops.conv.global_gcn_inputs`.
+Every call runs under a :class:`meshshard.ops.graph_guard.GraphGuard`, which follows which rows of
+each tensor are exact and refuses, naming the layer, any op this rank's part cannot compute
+(another layer's ``gcn_norm``, a second hop, a reduction or attention over all nodes, a readout,
+...): the model is exact or refused, never silently wrong.
 
 Backward: every parameter's gradient is the SUM over ranks of each rank's share (for graph
 models, the loss is a sum over ranks' rows; for ShardTensor ops, the shares follow
@@ -501,8 +505,9 @@ class DomainParallel(nn.Module):
     Raises:
         ValueError: a layer no rank can compute exactly (``ChebConv``, ``DynamicEdgeConv``,
             ``GravNetConv``, ``DirGNNConv``, ``flow="target_to_source"``; at call time also
-            BatchNorm in training mode and graph-wide norms such as ``GraphNorm``); a mesh of
-            several dims not holding every rank.
+            BatchNorm in training mode and graph-wide norms such as ``GraphNorm``; at call time any
+            op the guard refuses, as :class:`~meshshard.ops.graph_guard.GraphGuardError`); a mesh
+            of several dims not holding every rank.
         TypeError: a DTensor parameter (``distribute_module`` already reduces those).
         CollectiveMismatchError: (every rank) parameters or buffers differ across ranks, naming
             the first one.
