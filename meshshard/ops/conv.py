@@ -59,6 +59,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn import conv as pyg_conv
 
 from meshshard import distributed as msd
+from meshshard.ops.graph_guard import current_guard
 
 __all__ = ["ShardedConv", "all_reduce_gradients"]
 
@@ -378,8 +379,12 @@ def _gcn_adapters(conv: nn.Module, g, rings: int):
         bound = inspect.signature(module.forward).bind(*args, **kwargs)
         a = bound.arguments
         x = a["x"][0] if isinstance(a["x"], tuple) else a["x"]
-        a["edge_index"], a["edge_weight"] = global_gcn_inputs(
-            g, a["edge_index"], a.get("edge_weight"), rings, flags[0], flags[1], x.dtype)
+        guard = current_guard()
+        with guard.paused() if guard is not None else contextlib.nullcontext():
+            a["edge_index"], a["edge_weight"] = global_gcn_inputs(
+                g, a["edge_index"], a.get("edge_weight"), rings, flags[0], flags[1], x.dtype)
+        if guard is not None:  # every local node's weighted degree is complete with these edges
+            guard.tag_index(a["edge_index"], complete_weights=rings + 1)
         return bound.args, bound.kwargs
 
     handles = [m.register_forward_pre_hook(hook, with_kwargs=True)

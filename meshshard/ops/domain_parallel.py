@@ -21,6 +21,10 @@ Graph models run in one of two modes, chosen per call (``exchange="auto"``):
   calls (learnt on the first call) fits in ``g.halo_hops``.
 
 ``gcn_norm`` layers get whole-graph degrees through :func:`meshshard.ops.conv.global_gcn_inputs`.
+Every call runs under a :class:`meshshard.ops.graph_guard.GraphGuard`, which follows which rows of
+each tensor are exact and refuses, naming the layer, any op this rank's part cannot compute
+(another layer's ``gcn_norm``, a second hop, a reduction or attention over all nodes, a readout,
+...): the model is exact or refused, never silently wrong.
 
 Backward: every parameter's gradient is the SUM over ranks of each rank's share (for graph
 models, the loss is a sum over ranks' rows; for ShardTensor ops, the shares follow
@@ -47,6 +51,7 @@ from torch_geometric.nn import MessagePassing
 from meshshard import distributed as msd
 from meshshard._compile import eager_under_compile
 from meshshard.ops.conv import _count_propagations, _gcn_adapters, refuse_non_local
+from meshshard.ops.graph_guard import INF, GraphGuard
 
 __all__ = ["DomainParallel", "sharded_forward"]
 
@@ -70,10 +75,12 @@ def _refuse_global_statistics(module: nn.Module) -> None:
 
 
 def _outer_message_passing(module: nn.Module):
-    """``MessagePassing`` modules not nested inside another one (each is one exchange)."""
+    """``MessagePassing`` modules not nested inside another one (each is one exchange), each once
+    (a layer shared by two submodules, as ARGVA's encoder, is hooked once)."""
     if isinstance(module, MessagePassing):
         return [module]
-    return [m for c in module.children() for m in _outer_message_passing(c)]
+    found = [m for c in module.children() for m in _outer_message_passing(c)]
+    return list({id(m): m for m in found}.values())
 
 
 def _num_global_edges(g) -> int:
@@ -90,29 +97,51 @@ def _local(t):
     return t.to_local() if isinstance(t, msd.DTensor) else t
 
 
-def _localize(t, g, e_used: int, n_global_edges: int, exchange_nodes: bool, what: str):
-    """A model argument as this rank needs it: edge rows cut to the edges used, node rows extended."""
+def _localize(t, g, e_used: int, n_global_edges: int, exchange_nodes: bool, what: str, guard):
+    """A model argument as this rank needs it: edge rows cut to the edges used, node rows extended
+    (tagged for the guard: node rows, edge rows)."""
     t = _local(t)
     if not isinstance(t, torch.Tensor) or t.dim() == 0:
         return t
     rows, e_local, e_owned = t.shape[0], g.edge_index.shape[1], int(g.edge_hop_ptr[1])
     if rows == e_local or (rows == e_owned and e_used == e_owned):
-        return t[:e_used]
+        return guard.tag_edge(t[:e_used])
     if rows == n_global_edges:  # in the order of the global edge_index the graph was built from
-        return t.index_select(0, g.edge_ids[:e_used].to(t.device))
+        return guard.tag_edge(t.index_select(0, g.edge_ids[:e_used].to(t.device)))
     if rows == e_owned:
         raise ValueError(f"DomainParallel: {what} has one row per edge into owned nodes ({e_owned}), but "
                          f"exchange='once' runs on all {e_local} local edges; pass global or local-edge rows")
     if rows == g.num_owned:
-        return g.exchange(t) if exchange_nodes else t
+        if exchange_nodes:
+            return guard.tag_node(g.exchange(t), g.halo_hops)
+        return guard.tag_node(t.view_as(t), 0)
     return t
+
+
+def _check_inputs(module, x, g, args, kwargs) -> None:
+    """The call's input contract, on this rank (raised on every rank together by the caller)."""
+    name = type(module).__name__
+    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] != g.num_owned:
+        raise ValueError(f"DomainParallel ({name}): rank {g.rank} expected x with {g.num_owned} owned rows, got "
+                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    for key, a in list(enumerate(args, 2)) + list(kwargs.items()):
+        a = _local(a)
+        if isinstance(a, torch.Tensor) and not a.is_floating_point() and a.dim() == 2 and a.shape[0] == 2 \
+                and a.shape[1] not in (g.num_owned, 2):
+            what = f"argument {key}" if isinstance(key, int) else repr(key)
+            raise ValueError(
+                f"DomainParallel cannot make {name} exact: {what} is a second edge_index ([2, {a.shape[1]}], "
+                "global node ids); only the graph's own edges are localised. Build the ShardedGraph from all "
+                "edges and tell them apart with an edge feature (e.g. an edge type) instead")
 
 
 def sharded_forward(module: nn.Module, x, g, args=(), kwargs=None, *, exchange: str = "auto"):
     """Run ``module(x, edge_index, *args, **kwargs)`` on this rank's part of ``g`` (collective).
 
     What :class:`DomainParallel` runs on each rank, without its gradient hooks and ShardTensor
-    output (``MeshGraphNet(..., graph=g)`` calls it); see the module docstring for the modes.
+    output (``MeshGraphNet(..., graph=g)`` calls it); see the module docstring for the modes. The
+    call runs under a :class:`meshshard.ops.graph_guard.GraphGuard`, which refuses any op this
+    rank's part cannot compute exactly.
 
     Args:
         module: the model; called as ``module(x_local, edge_index_local, *args, **kwargs)``.
@@ -120,80 +149,181 @@ def sharded_forward(module: nn.Module, x, g, args=(), kwargs=None, *, exchange: 
         g: the :class:`ShardedGraph`.
         args, kwargs: further arguments; edge tensors (``[num_global_edges, *]`` in the order of the
             global edge list, ``[E_local, *]`` aligned with ``g.edge_index``, or ShardTensors of
-            those) are cut to the local edges used, owned-row tensors get ghost rows in ``"once"`` mode.
+            those) are cut to the local edges used; node tensors (owned rows: positions, normals,
+            node types) get their ghost rows with the features (once, or before every layer).
         exchange: ``"auto"``, ``"per_layer"`` or ``"once"``.
 
     Returns:
-        The output's owned rows ``[g.num_owned, *]`` (plain tensor; of a tuple output, its first
-        element is cut to owned rows, the rest returned as they are).
+        The output's owned rows ``[g.num_owned, *]`` (plain tensor; of a tuple output, every node
+        tensor cut to owned rows, every edge tensor to the edges into owned nodes, the rest as
+        they are).
 
     Raises:
-        ValueError: bad rows, a refused layer, or more propagations than the halo covers.
+        ValueError: (on every rank together) bad rows or a second ``edge_index`` argument; a
+            refused layer (:class:`~meshshard.ops.graph_guard.GraphGuardError` names it), or more
+            propagations than the halo covers.
     """
     if exchange not in _MODES:
         raise ValueError(f"exchange must be one of {_MODES}, got {exchange!r}")
     kwargs = dict(kwargs or {})
     x = _local(x)
-    if not isinstance(x, torch.Tensor) or x.dim() == 0 or x.shape[0] != g.num_owned:
-        raise ValueError(f"DomainParallel: rank {g.rank} expected x with {g.num_owned} owned rows, got "
-                         f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    msd.run_together(lambda: _check_inputs(module, x, g, args, kwargs), "DomainParallel", g.group)
     refuse_non_local(module, "DomainParallel")
     _refuse_global_statistics(module)
     mode = exchange
+    layers = _outer_message_passing(module)
     if mode == "auto":
         known = _PROPAGATIONS.get(module)  # None: try "once", learn the count, fall back if it does not fit
-        mode = "once" if g.halo_hops > 1 and (known is None or known <= g.halo_hops) else "per_layer"
+        fits = g.halo_hops > 1 and (known is None or known <= g.halo_hops)
+        mode = "once" if fits or not layers else "per_layer"
     n_global_edges = _num_global_edges(g)
     once = mode == "once"
+    guard = GraphGuard(g.halo_hops if once else 1, type(module).__name__, per_layer=not once)
     e_used = g.edge_index.shape[1] if once else int(g.edge_hop_ptr[1])
-    x_in = g.exchange(x) if once else x
-    ei = g.edge_index[:, :e_used]
+    x_in = guard.tag_node(g.exchange(x), g.halo_hops) if once else guard.tag_node(x.view_as(x), 0)
+    ei = guard.tag_index(g.edge_index[:, :e_used])
     given = (args, dict(kwargs))
-    args = tuple(_localize(a, g, e_used, n_global_edges, once, f"argument {i + 2}") for i, a in enumerate(args))
-    kwargs = {k: _localize(v, g, e_used, n_global_edges, once, k) for k, v in kwargs.items()}
+    args = tuple(_localize(a, g, e_used, n_global_edges, once, f"argument {i + 2}", guard) for i, a in enumerate(args))
+    kwargs = {k: _localize(v, g, e_used, n_global_edges, once, k, guard) for k, v in kwargs.items()}
     with _count_propagations(module) as count, _gcn_adapters(module, g, g.halo_hops if once else 1), \
-            (contextlib.nullcontext() if once else _exchange_per_layer(module, g)):
+            _exchange_per_layer(module, g, guard, once, torch.is_grad_enabled()), guard:
         out = module(x_in, ei, *args, **kwargs)
     _PROPAGATIONS[module] = count[0]
     if once and count[0] > g.halo_hops:
-        if exchange == "auto":  # learnt now, the same on every rank: run again one exchange per layer
+        if exchange == "auto" and layers:  # learnt now, the same on every rank: run again one exchange per layer
             return sharded_forward(module, x, g, *given, exchange="per_layer")
-        raise ValueError(f"DomainParallel: the model propagated {count[0]} times in one call, but the graph has "
-                         f"halo_hops={g.halo_hops}; build it with halo_hops >= {count[0]} or use exchange='per_layer'")
-    if isinstance(out, tuple):
-        return (out[0][: g.num_owned],) + tuple(out[1:])
-    return out[: g.num_owned]
+        first = out[0] if isinstance(out, tuple) else out
+        if not (isinstance(first, torch.Tensor) and guard.node_exactness(first) is not None):
+            raise ValueError(f"DomainParallel: the model propagated {count[0]} times in one call, but the graph has "
+                             f"halo_hops={g.halo_hops}; build it with halo_hops >= {count[0]} or use "
+                             "exchange='per_layer'")
+    return _owned_outputs(out, g, guard, once, type(module).__name__)
+
+
+def _owned_outputs(out, g, guard, once: bool, name: str):
+    """Cut the model's outputs to owned rows (node tensors) and edges into owned nodes (edge tensors),
+    refusing outputs that are not exact there."""
+    rows = g.num_nodes if once else g.num_owned
+    e_owned = int(g.edge_hop_ptr[1])
+
+    def cut(t, first):
+        if not isinstance(t, torch.Tensor):
+            return t
+        tag = guard._tag(t)
+        kind = None if tag is None else tag.kind
+        if kind == "edge" and t.dim() and not first:
+            if tag.v < 0:
+                guard.refuse("its edge output is not exact on the edges into owned nodes (it needs more hops "
+                             "than the halo holds)", "Build the graph with a deeper halo_hops")
+            return t[:e_owned]
+        if kind == "partial" or (tag is not None and tag.v <= -INF // 2):
+            guard.refuse("its output depends on a sum over the edges (or nodes) of the whole graph by an index that "
+                         "is not edge_index, and a rank holds only its part", "Keep such sums outside the wrapped "
+                         "model")
+        if kind == "node" and tag.v < 0:
+            guard.refuse(f"its owned outputs depend on nodes {(g.halo_hops if once else 1) - tag.v} hops "
+                         "away, beyond the halo (a layer that propagates more than once, or normalises with "
+                         "the degrees of its neighbours, e.g. PyG's gcn_norm on local edges)",
+                         f"Build the graph with halo_hops >= the model's hops (more than {g.halo_hops if once else 1}) "
+                         "and pass exchange='once' (or 'auto')")
+        if t.dim() and t.shape[0] == rows and kind in (None, "node"):
+            return t[: g.num_owned]
+        if first:
+            what = "edge" if kind == "edge" else f"{t.shape[0] if t.dim() else 'no'}-row"
+            guard.refuse(f"its output is a {what} tensor of shape {tuple(t.shape)}, not one row per node",
+                         "DomainParallel returns the owned rows of a per-node output; return node rows, or keep "
+                         "the readout outside the wrapped model")
+        return t
+
+    with guard.paused():
+        if isinstance(out, tuple):
+            return tuple(cut(t, i == 0) for i, t in enumerate(out))
+        return cut(out, True)
 
 
 @contextlib.contextmanager
-def _exchange_per_layer(module: nn.Module, g):
-    """While the block runs, every outermost ``MessagePassing`` call gets owned + ghost rows (one
-    exchange) and returns owned rows; each may propagate once."""
+def _exchange_per_layer(module: nn.Module, g, guard, once: bool, grad_enabled: bool):
+    """While the block runs, every outermost ``MessagePassing`` call gets owned + ghost rows of its
+    node arguments (one exchange each) and returns owned rows; each may propagate once. In
+    ``once`` mode only the recomputation check runs: a layer called with grad disabled while the
+    model runs with grad enabled is being checkpointed (or is reversible) and would be run again
+    in backward, after these hooks are gone."""
     calls, counts = {}, {}
 
+    def exchange(v):
+        if isinstance(v, torch.Tensor):
+            ok = guard.node_exactness(v)
+            if ok is not None and v.dim() and v.shape[0] == g.num_owned:
+                return guard.tag_node(g.exchange(v), 1)
+            return v
+        if isinstance(v, tuple) and v:  # (x_source, x_target): only sources need ghosts
+            return (exchange(v[0]),) + tuple(v[1:])
+        if isinstance(v, dict):
+            return {k: exchange(t) for k, t in v.items()}
+        return v
+
+    def check_recompute(m):
+        if grad_enabled and not torch.is_grad_enabled():
+            guard.layers.append(m)
+            try:
+                guard.refuse("it is run with gradients off inside a call with gradients on, so it will be run "
+                             "again in backward (activation checkpointing such as DeepGCNLayer(ckpt_grad=True), "
+                             "or a reversible block such as GroupAddRev), outside DomainParallel's call",
+                             "Turn checkpointing / reversibility off for the wrapped model")
+            finally:
+                guard.layers.pop()
+
     def before(m, args, kwargs):
+        check_recompute(m)
+        if once:
+            guard.layers.append(m)  # for the messages
+            return None
         bound = inspect.signature(m.forward).bind(*args, **kwargs)
         a = bound.arguments
-        name = next(iter(a))  # the node features come first (x)
-        x = a[name]
-        if isinstance(x, tuple):  # (x_source, x_target): only sources need ghosts
-            a[name] = (g.exchange(x[0]),) + tuple(x[1:])
-        else:
-            a[name] = g.exchange(x)
+        with guard.paused():
+            for key, v in list(a.items()):
+                if isinstance(v, torch.Tensor) and v.dim() and guard.node_exactness(v) is not None and \
+                        guard.node_exactness(v) < 0:
+                    guard.layers.append(m)
+                    guard.refuse(f"its input {key!r} is not exact on the owned rows", "Use exchange='once' with a "
+                                 "deeper halo")
+                a[key] = exchange(v)
+        guard.layers.append(m)
         calls[m] = counts[m]
         return bound.args, bound.kwargs
 
     def after(m, args, kwargs, out):
+        if once:
+            guard.layers.pop()
+            return None
         used = counts[m] - calls.pop(m)
-        if used > 1:
-            raise ValueError(
-                f"DomainParallel: {type(m).__name__} propagated {used} times in one call (a {used}-hop layer), "
-                f"but exchange='per_layer' gives each layer 1 hop; build the graph with halo_hops >= the model's "
-                "total propagations and use exchange='once' (or 'auto')")
-        first = out[0] if isinstance(out, tuple) else out
-        if not isinstance(first, torch.Tensor) or first.shape[0] != g.num_nodes:
-            return out
-        return (first[: g.num_owned],) + tuple(out[1:]) if isinstance(out, tuple) else first[: g.num_owned]
+        try:
+            first = out[0] if isinstance(out, tuple) else out
+            followed = isinstance(first, torch.Tensor) and guard.node_exactness(first) is not None
+            if used > 1 and not followed:  # the guard follows hops exactly; else count propagate calls
+                raise ValueError(
+                    f"DomainParallel: {type(m).__name__} propagated {used} times in one call (a {used}-hop layer), "
+                    "but exchange='per_layer' gives each layer 1 hop; build the graph with halo_hops >= the model's "
+                    "total propagations and use exchange='once' (or 'auto')")
+
+            def cut(t):
+                if isinstance(t, dict):
+                    return {k: cut(v) for k, v in t.items()}
+                if not isinstance(t, torch.Tensor) or not t.dim() or t.shape[0] != g.num_nodes:
+                    return t
+                v = guard.node_exactness(t)
+                if v is not None and v < 0:
+                    guard.refuse("its owned outputs need more than the one hop of halo that exchange='per_layer' "
+                                 "gives each layer (it propagates more than once, or normalises with the degrees of "
+                                 "its neighbours, e.g. PyG's gcn_norm on local edges)",
+                                 "Build the graph with halo_hops >= the model's hops and pass exchange='once' "
+                                 "(or 'auto')")
+                with guard.paused():
+                    return guard.tag_node(t[: g.num_owned], 0)
+
+            return (cut(out[0]),) + tuple(out[1:]) if isinstance(out, tuple) else cut(out)
+        finally:
+            guard.layers.pop()
 
     def counter(outer):
         def hook(_m, _inputs):
@@ -415,8 +545,9 @@ class DomainParallel(nn.Module):
     Raises:
         ValueError: a layer no rank can compute exactly (``ChebConv``, ``DynamicEdgeConv``,
             ``GravNetConv``, ``DirGNNConv``, ``flow="target_to_source"``; at call time also
-            BatchNorm in training mode and graph-wide norms such as ``GraphNorm``); a mesh of
-            several dims not holding every rank.
+            BatchNorm in training mode and graph-wide norms such as ``GraphNorm``; at call time any
+            op the guard refuses, as :class:`~meshshard.ops.graph_guard.GraphGuardError`); a mesh
+            of several dims not holding every rank.
         TypeError: a DTensor parameter (``distribute_module`` already reduces those); a model
             sharded by FSDP2's ``fully_shard`` (use the ``("data", "domain")`` mesh instead).
         CollectiveMismatchError: (every rank) parameters or buffers differ across ranks, naming
