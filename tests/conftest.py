@@ -48,3 +48,14 @@ def _kept_ranks():
     keep_workers(True)
     yield
     keep_workers(False)
+
+
+@pytest.fixture(autouse=True)
+def _no_process_group_left_in_the_test_process():
+    """A test that runs a ShardTensor op in this process starts a one-rank gloo group (a DeviceMesh
+    needs one); end it after the test, so later tests that check the no-group path see none."""
+    yield
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -182,9 +182,11 @@ class GraphGuard(TorchFunctionMode):
 
     # ------------------------------------------------------------------ refusal
     def where(self) -> str:
+        """The name of the layer running now (the innermost one entered), else the model's."""
         return type(self.layers[-1]).__name__ if self.layers else self.model
 
     def refuse(self, what: str, fix: str):
+        """Raise :class:`GraphGuardError` naming the layer (:meth:`where`), what it did and the fix."""
         raise GraphGuardError(f"DomainParallel cannot make {self.where()} exact: {what}. {fix}")
 
     def _global(self, func_name: str, what: str):

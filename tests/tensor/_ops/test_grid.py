@@ -136,7 +136,8 @@ def _check_case(name, nd, make, op, sizes, dtype, rank, mesh=None, placements=No
     assert torch.allclose(x_local.grad, want, **tol), f"{name} {sizes}: input grad differs by {(x_local.grad - want).abs().max()}"
     for i, (p, pr) in enumerate(zip(ps, prs)):
         g = p.grad.clone()
-        all_reduce(g, group=mesh.get_group(mesh.ndim - 1))  # weights: per-rank partial sums, as for nn.Linear
+        for m in range(mesh.ndim):  # weights: per-rank shares over the whole mesh (the gradient rule)
+            all_reduce(g, group=mesh.get_group(m))
         assert torch.allclose(g, pr.grad, **tol), f"{name} {sizes}: param {i} grad differs by {(g - pr.grad).abs().max()}"
 
 
