@@ -1,7 +1,8 @@
-"""Helpers shared by ``meshshard partition``, ``info`` and ``plot``: loading a mesh and its graph,
-partitioning with a progress bar, and printing tables."""
+"""Helpers shared by the commands: loading a mesh and its graph, partitioning with a progress bar,
+the process group and device of a command run under torchrun, and printing tables."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Tuple
@@ -18,6 +19,36 @@ METHODS = tuple(PARTITIONERS)
 #: the --nodes choices: mesh vertices (the default) or cell centres (finite-volume data)
 NODES = ("points", "cells")
 
+
+
+@contextlib.contextmanager
+def torchrun_device(choice: str):
+    """For a command that may run under torchrun: start the process group (NCCL on CUDA, gloo on
+    the CPU; nothing without torchrun's variables), yield the device to compute on, and end the
+    group it started, with a closing barrier only when the body finished (a failed rank's peers
+    failed alike through ``run_together``, so none waits).
+
+    Args:
+        choice: ``"auto"`` (CUDA when available), ``"cpu"`` or ``"cuda"``.
+
+    Raises:
+        ValueError: ``"cuda"`` without CUDA.
+    """
+    from meshshard.distributed import destroy_distributed, init_distributed, is_initialized
+
+    use_cuda = choice == "cuda" or (choice == "auto" and torch.cuda.is_available())
+    if use_cuda and not torch.cuda.is_available():
+        raise ValueError("--device cuda: CUDA is not available")
+    started_here = not is_initialized()
+    init_distributed(backend="nccl" if use_cuda else "gloo")  # a no-op without torchrun's variables
+    started_here = started_here and is_initialized()
+    finished = False
+    try:
+        yield torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
+        finished = True
+    finally:
+        if started_here:
+            destroy_distributed(barrier=finished)
 
 def add_nodes_argument(parser, default: Optional[str] = "points", extra: str = "") -> None:
     """Add ``--nodes {points,cells}`` to a command's parser (one wording for every command).

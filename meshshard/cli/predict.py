@@ -30,6 +30,8 @@ from typing import List, Optional, Sequence
 
 import torch
 
+from meshshard.cli._mesh_cmd import torchrun_device
+
 HELP = ("apply a trained model (a checkpoint of examples/train_meshgraphnet.py) to mesh files or a preprocessed "
         "dataset; write OUT/<sample>.vtu with <target>_pred (and <target>_error when the targets exist)")
 
@@ -94,24 +96,10 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         the exit status (0).
     """
-    from meshshard.distributed import destroy_distributed, init_distributed, is_initialized
-
-    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    if use_cuda and not torch.cuda.is_available():
-        raise ValueError("--device cuda: CUDA is not available")
-    started_here = not is_initialized()
-    init_distributed(backend="nccl" if use_cuda else "gloo")  # a no-op without torchrun's variables
-    started_here = started_here and is_initialized()
-    device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
-    finished = False
-    try:
+    with torchrun_device(args.device) as device:
         predict(args.checkpoint, args.inputs, args.out, method=args.method, seed=args.seed,
                 amp=None if args.amp == "none" else args.amp, dtype=args.dtype, device=device,
                 progress=not args.quiet, nodes=args.nodes)
-        finished = True
-    finally:
-        if started_here:
-            destroy_distributed(barrier=finished)  # a failed rank's peers failed alike (run_together)
     return 0
 
 

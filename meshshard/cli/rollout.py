@@ -27,6 +27,8 @@ from typing import Dict, List, Optional
 
 import torch
 
+from meshshard.cli._mesh_cmd import torchrun_device
+
 HELP = ("roll a learned simulator (a checkpoint of examples/train_simulator.py) forward from a step of a "
         "trajectory; write OUT/<name>.pvd with <field>_pred and <field>_error per step, and the error plot")
 
@@ -70,24 +72,10 @@ def run(args: argparse.Namespace) -> int:
     Returns:
         the exit status (0).
     """
-    from meshshard.distributed import destroy_distributed, init_distributed, is_initialized
-
-    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    if use_cuda and not torch.cuda.is_available():
-        raise ValueError("--device cuda: CUDA is not available")
-    started_here = not is_initialized()
-    init_distributed(backend="nccl" if use_cuda else "gloo")
-    started_here = started_here and is_initialized()
-    device = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
-    finished = False
-    try:
+    with torchrun_device(args.device) as device:
         rollout(args.checkpoint, args.trajectory, args.out, steps=args.steps, start=args.start, index=args.index,
                 split=args.split, method=args.method, seed=args.seed, dtype=args.dtype, device=device,
                 progress=not args.quiet)
-        finished = True
-    finally:
-        if started_here:
-            destroy_distributed(barrier=finished)
     return 0
 
 
