@@ -22,6 +22,7 @@ all-reduce of every gradient (``DomainParallel`` does it in backward) makes them
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -496,10 +497,13 @@ _LOCAL_DISPATCH = {
 _INPLACE = {aten.copy_.default, aten.zero_.default, aten.fill_.Scalar, aten.add_.Tensor}
 
 
-class _Rebind:
-    """While set, ``aten.copy_`` into a ShardTensor rebinds its local tensor to the source's
-    instead of writing into it (see :func:`assign_inplace`)."""
+class _Rebind(threading.local):
+    """While set (per thread), ``aten.copy_`` into a ShardTensor rebinds its local tensor to the
+    source's instead of writing into it (see :func:`assign_inplace`)."""
     on = False
+
+
+_REBIND = _Rebind()
 
 
 def assign_inplace(x: "ShardTensor", out: "ShardTensor") -> "ShardTensor":
@@ -507,17 +511,17 @@ def assign_inplace(x: "ShardTensor", out: "ShardTensor") -> "ShardTensor":
     ``copy_`` on ``x`` (its history continues from ``out``), while ``x``'s old local tensor is left
     untouched (it may be saved for the backward of the op that read it; writing into it below
     autograd would change that silently) and ``x`` takes ``out``'s local tensor instead."""
-    _Rebind.on = True
+    _REBIND.on = True
     try:
         with torch._C.DisableTorchFunctionSubclass():
             torch.Tensor.copy_(x, out)
     finally:
-        _Rebind.on = False
+        _REBIND.on = False
     return x
 
 
 def _dispatch_locally(func, args, kwargs):
-    if _Rebind.on and func is aten.copy_.default:
+    if _REBIND.on and func is aten.copy_.default:
         x, src = args[0], args[1]
         x._local_tensor = src._local_tensor
         return x
