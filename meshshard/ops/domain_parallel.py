@@ -50,6 +50,8 @@ from torch_geometric.nn import MessagePassing
 
 from meshshard import distributed as msd
 from meshshard._compile import eager_under_compile
+from meshshard.distributed.fsdp import (fsdp_managed_parameters, fsdp_mesh, set_fsdp_gradient_sync,
+                                        sum_fsdp_gradients)
 from meshshard.ops.conv import _count_propagations, _gcn_adapters, refuse_non_local
 from meshshard.ops.graph_guard import INF, GraphGuard
 
@@ -356,9 +358,10 @@ def _digest(t: torch.Tensor) -> int:
     return int.from_bytes(h.digest(), "little", signed=True)
 
 
-def _check_replicas_equal(module: nn.Module, group) -> None:
-    """Raise on every rank unless every parameter and buffer is bitwise equal across ranks."""
-    named = list(module.named_parameters()) + list(module.named_buffers())
+def _check_replicas_equal(module: nn.Module, group, skip=()) -> None:
+    """Raise on every rank unless every parameter and buffer (but those whose ``id`` is in ``skip``:
+    FSDP2's shards, different on each rank by design) is bitwise equal across ranks."""
+    named = [(n, t) for n, t in list(module.named_parameters()) + list(module.named_buffers()) if id(t) not in skip]
     msd.check_same_across_ranks([len(named)], "DomainParallel", ["number of parameters and buffers"], group)
     table = msd.all_gather_sizes([_digest(t) for _, t in named], group)
     differs = (table != table[0]).any(0)
@@ -369,6 +372,40 @@ def _check_replicas_equal(module: nn.Module, group) -> None:
             f"DomainParallel: {named[i][0]!r} differs across ranks (ranks {ranks} differ from rank 0; "
             f"{int(differs.sum())} of {len(named)} parameters and buffers differ). Start every rank from the same "
             "values, e.g. meshshard.models.broadcast_parameters(module) before wrapping")
+
+
+def _fsdp_reduction(module: nn.Module, mesh, group) -> list:
+    """Set FSDP2's gradient reduction in ``module`` to the gradient rule's sum over the ranks
+    DomainParallel sums over; return the parameters FSDP2 manages (empty without FSDP2).
+
+    ``mesh``: DomainParallel's mesh (several dims: the sum runs over every rank) or ``None`` / 1-D
+    (the sum runs over ``group``).
+    """
+    managed = fsdp_managed_parameters(module)
+    if not managed:
+        return []
+    fmesh = fsdp_mesh(module)
+    if mesh is not None and mesh.ndim > 1:
+        names, fnames = tuple(mesh.mesh_dim_names or ()), tuple(fmesh.mesh_dim_names or ())
+        sub = None
+        if fnames and set(fnames) <= set(names) and [n for n in names if n in fnames] == list(fnames):
+            sub = mesh[fnames[0] if len(fnames) == 1 else fnames]
+        if sub is None or sub.mesh.tolist() != fmesh.mesh.tolist():
+            raise ValueError(
+                f"DomainParallel: FSDP2 (fully_shard) shards the parameters over a mesh with dims {fnames or None}, "
+                f"which is not a sub-mesh of DomainParallel's mesh {names}. Shard over one of its dims, e.g. "
+                "fully_shard(model, mesh=mesh['data']) and DomainParallel(model, mesh=mesh)")
+        sum_fsdp_gradients(module, [mesh[n].get_group() for n in names if n not in fnames])
+    else:
+        ranks = msd.get_world_size(group) if msd.is_initialized() else 1
+        if fmesh.size() != ranks:
+            raise ValueError(
+                f"DomainParallel: FSDP2 (fully_shard) shards the parameters over {fmesh.size()} ranks but the "
+                f"gradient shares are summed over {ranks} domain ranks. For data x domain training pass the 2-D "
+                "mesh: fully_shard(model, mesh=mesh['data']); DomainParallel(model, mesh=mesh) with "
+                "mesh = init_device_mesh(device, (D, P), mesh_dim_names=('data', 'domain'))")
+        sum_fsdp_gradients(module, [])
+    return managed
 
 
 class _GradReducer:
@@ -527,6 +564,12 @@ class DomainParallel(nn.Module):
     ranks once, in buckets that overlap backward. ``no_sync()`` accumulates shares and the next
     synchronised backward sums them.
 
+    FSDP2: a model given to ``fully_shard`` (over ``mesh["data"]`` of a ``("data", "domain")``
+    mesh passed as ``mesh``, or over the domain ranks themselves) keeps its parameters sharded;
+    DomainParallel sets FSDP2's reduction to the same sum (divide factor 1, and an all-reduce of
+    each reduce-scatter output over the other mesh dims), so each ``.grad`` shard is the
+    single-process gradient's shard and ``no_sync()`` also stops FSDP2's reductions.
+
     Args:
         module: the model (``torch_geometric.nn.models.GCN``, a stack of ``MessagePassing``
             layers, :class:`meshshard.models.MeshGraphNet`, ...), called as
@@ -548,8 +591,9 @@ class DomainParallel(nn.Module):
             BatchNorm in training mode and graph-wide norms such as ``GraphNorm``; at call time any
             op the guard refuses, as :class:`~meshshard.ops.graph_guard.GraphGuardError`); a mesh
             of several dims not holding every rank.
-        TypeError: a DTensor parameter (``distribute_module`` already reduces those); a model
-            sharded by FSDP2's ``fully_shard`` (use the ``("data", "domain")`` mesh instead).
+        TypeError: a DTensor parameter (``distribute_module`` already reduces those).
+        ValueError: a model sharded by FSDP2 over a mesh that is neither a sub-mesh of ``mesh``
+            nor the domain ranks themselves.
         CollectiveMismatchError: (every rank) parameters or buffers differ across ranks, naming
             the first one.
 
@@ -583,36 +627,32 @@ class DomainParallel(nn.Module):
             # graph models live on the "domain" dim; ShardTensor models on the whole mesh
             self.mesh = mesh["domain"] if "domain" in names else mesh
             self.group = None  # the world: gradients summed over samples (data) and parts (domain)
-        fsdp = [type(m).__name__ for m in module.modules()
-                if any(c.__name__ == "FSDPModule" for c in type(m).__mro__)]
-        if fsdp:
-            raise TypeError(
-                f"DomainParallel: {fsdp[0]} is sharded by FSDP2 (fully_shard), which is refused: FSDP2 reduces "
-                "each parameter's gradient over its own (data) mesh only, so the per-rank shares of the domain "
-                "ranks (the gradient rule: summed once over the domain ranks) would never be summed, and the "
-                "parameters it gathers for compute are plain tensors whose gradients DomainParallel cannot reach "
-                "before FSDP2 reduce-scatters them. For data x domain parallel training wrap the plain model: "
-                "DomainParallel(model, mesh=init_device_mesh(device, (D, P), mesh_dim_names=('data', 'domain'))) "
-                "sums the gradients over every rank (scale each sample's loss by 1 / samples per step)")
+        self._fsdp = _fsdp_reduction(module, self.mesh if mesh is None or mesh.ndim == 1 else mesh, self.group)
+        managed = {id(p) for p in self._fsdp}
         for name, p in module.named_parameters():
-            if isinstance(p, msd.DTensor):
+            if isinstance(p, msd.DTensor) and id(p) not in managed:
                 raise TypeError(f"DomainParallel: parameter {name!r} is a DTensor (distribute_module); its gradient "
                                 "is already summed over the mesh in backward. Call the distributed module directly, "
                                 "or wrap the plain module in DomainParallel instead")
         self._sync = True
         if msd.is_initialized() and msd.get_world_size(self.group) > 1:
-            _check_replicas_equal(module, self.group)
-        self._reducer = _GradReducer(module.parameters(), self.group, int(bucket_cap_mb * 2 ** 20))
+            _check_replicas_equal(module, self.group, skip=managed)
+        plain = [p for p in module.parameters() if id(p) not in managed]
+        self._reducer = _GradReducer(plain, self.group, int(bucket_cap_mb * 2 ** 20))
 
     @contextlib.contextmanager
     def no_sync(self):
         """Within this context, backward accumulates local gradients without reducing them; the
         first backward after it sums everything accumulated since the gradients were zeroed."""
         previous, self._sync = self._sync, False
+        if self._fsdp:
+            set_fsdp_gradient_sync(self.module, False)
         try:
             yield
         finally:
             self._sync = previous
+            if self._fsdp:
+                set_fsdp_gradient_sync(self.module, previous)
 
     def reduce_gradients(self) -> None:
         """Sum the gradients accumulated locally (under :meth:`no_sync`, or none: zeros) over the
@@ -622,7 +662,15 @@ class DomainParallel(nn.Module):
         training, the ranks of a data group with no sample in a short last step call this, and
         it pairs with the reductions the other ranks' backward starts, so nobody waits forever.
         Gradients already reduced are not summed again.
+
+        Raises:
+            RuntimeError: the model is sharded by FSDP2, whose reductions run inside its own backward
+                hooks and cannot be paired from a rank that runs no backward.
         """
+        if self._fsdp:
+            raise RuntimeError("DomainParallel.reduce_gradients: the model is sharded by FSDP2 (fully_shard), whose "
+                               "gradient reductions run only inside a backward; give every data rank a sample in "
+                               "every step (e.g. drop the short last batch) instead")
         self._reducer.reduce_now()
 
     def forward(self, *inputs, **kwargs):

@@ -12,8 +12,8 @@ mode, one per process:
   TypeError ``unsupported operand type(s) for *: 'ShardTensor' and 'Tensor'``;
 * ``"silent"``: promote without a word.
 
-0-d tensors (scalars) and ``nn.Parameter`` (replicated by contract, as in DDP) are promoted in
-every mode without a warning or an error.
+0-d tensors (scalars), ``nn.Parameter`` (replicated by contract, as in DDP) and views of a
+parameter (``self.pos_embed[None]``) are promoted in every mode without a warning or an error.
 
 Example::
 
@@ -35,8 +35,8 @@ _mode = "warn"
 
 class PromotionWarning(UserWarning):
     """A plain tensor met a ShardTensor in an element-wise op, ``cat`` or ``stack`` and was promoted to
-    Replicate (every rank must pass the same value). Shown once per op; 0-d tensors and
-    ``nn.Parameter`` (replicated by contract, as in DDP) promote silently. See :func:`set_promotion`."""
+    Replicate (every rank must pass the same value). Shown once per op; 0-d tensors,
+    ``nn.Parameter`` (replicated by contract, as in DDP) and views of one promote silently. See :func:`set_promotion`."""
 
 
 def _check(mode) -> str:

@@ -1,8 +1,8 @@
 """Distributed checkpoint (``torch.distributed.checkpoint``) of a ``DomainParallel`` model and its
 optimizer, with the plain DCP API (no meshshard helper needed): train two steps, save, train one
 more step (loss L); a fresh model and optimizer load the checkpoint, train one step and get the
-same L (1e-12), at 1 and 2 gloo ranks, a Transolver on an uneven split of a point cloud. Also, FSDP2
-(``fully_shard``) under ``DomainParallel`` is refused with the reason."""
+same L (1e-12), at 1 and 2 gloo ranks, a Transolver on an uneven split of a point cloud. FSDP2 models:
+``test_domain_parallel_fsdp.py``."""
 import pytest
 import torch
 
@@ -61,25 +61,8 @@ def _rank_main(rank, world, path):
     return True
 
 
-def _refuse_fsdp(rank, world):
-    from torch.distributed.fsdp import fully_shard
-
-    import meshshard as ms
-    from tests.ops._models import Transolver
-
-    mesh2d = ms.init_device_mesh("cpu", (2, 2), mesh_dim_names=("data", "domain"))
-    torch.manual_seed(0)
-    model = fully_shard(Transolver(3, 2).double(), mesh=mesh2d["data"])
-    with pytest.raises(TypeError, match="FSDP2.*data x domain"):
-        ms.DomainParallel(model, mesh=mesh2d)
-    return True
-
-
 @pytest.mark.parametrize("world", [1, 2])
 def test_dcp_round_trip_resumes_to_the_same_loss(world, tmp_path):
     assert run_distributed(_rank_main, world_size=world, args=(str(tmp_path / "ckpt"),),
                            timeout=TIMEOUT) == [True] * world
 
-
-def test_fully_shard_under_domain_parallel_is_refused():
-    assert run_distributed(_refuse_fsdp, world_size=4, timeout=TIMEOUT) == [True] * 4

@@ -97,10 +97,15 @@ def _rebalanced_like(st, ref):
     return st.redistribute(placements=ref.placements, sharding_shapes=shapes)
 
 
+def _is_parameter(t: torch.Tensor) -> bool:
+    """An ``nn.Parameter`` or a view of one (``self.placeholder[None, None, :]``): replicated by contract."""
+    return isinstance(t, torch.nn.Parameter) or isinstance(getattr(t, "_base", None), torch.nn.Parameter)
+
+
 def promote_plain(func, t: torch.Tensor, ref):
     """The promotion rule for a plain tensor ``t`` meeting ShardTensors laid out like ``ref``:
     it is a Replicate value, so each rank uses the rows that meet its shard (:func:`align_plain`).
-    Unless it is 0-d or an ``nn.Parameter``, the promotion mode
+    Unless it is 0-d, an ``nn.Parameter`` or a view of one (``self.pos[None]``), the promotion mode
     (:func:`meshshard.tensor.set_promotion`) says whether to warn once per op with
     :class:`PromotionWarning` (``"warn"``, the default), raise a TypeError naming the op
     (``"raise"``) or say nothing (``"silent"``).
@@ -114,12 +119,14 @@ def promote_plain(func, t: torch.Tensor, ref):
         ``t`` aligned with this rank's shard.
     """
     mode = _promotion.get_promotion()
-    if t.dim() > 0 and not isinstance(t, torch.nn.Parameter) and mode == "raise":
+    if _is_parameter(t):
+        return align_plain(func, t, ref)
+    if t.dim() > 0 and mode == "raise":
         raise TypeError(f"ShardTensor: {op_name(func)} mixes a plain tensor of shape {tuple(t.shape)} with a "
                         "ShardTensor, and the promotion mode is 'raise'. Wrap the plain tensor with "
                         "ShardTensor.from_local(t, mesh, (Replicate(),)) (every rank passes the same value), or "
                         "allow the promotion with meshshard.tensor.promotion('warn') / ('silent')")
-    if t.dim() > 0 and not isinstance(t, torch.nn.Parameter) and mode == "warn":
+    if t.dim() > 0 and mode == "warn":
         warnings.warn(f"ShardTensor: {op_name(func)} mixes a plain tensor with a ShardTensor; the plain tensor "
                       "is promoted to Replicate, so every rank must pass the same value (wrap it with "
                       "ShardTensor.from_local(t, mesh, (Replicate(),)) to state that and get an exact gradient)",
