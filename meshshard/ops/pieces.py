@@ -55,7 +55,8 @@ class PieceGraph:
         keys: ``int64 [n_owned, K]`` the key of every owned node: its global point id (``K = 1``)
             or the bit patterns of its three float64 coordinates (``K = 3``).
         key_kind: ``"ids"`` or ``"coordinates"``.
-        local: the :class:`~meshshard.io.pieces.PieceSet` this rank read (for writing its piece back).
+        local: the :class:`~meshshard.io.pieces.PieceSet` this rank read (for writing its piece back),
+            its fields cut down to those every piece of the file has.
         local_ids: ``LongTensor [local.num_points]`` the node id of every point read here.
         point_ids: ``int64 [local.num_points]`` a number of every point read here that is the same
             on every rank holding the point (written as ``GlobalPointIds`` with the pieces).
@@ -241,6 +242,10 @@ def read_pieces_distributed(path: PathLike, *, method: str = "kdtree", halo_hops
         warnings.warn(f"{path.name}: point fields {sorted(set(p_dropped) | set(ps.dropped))} are not on every piece "
                       "(or differ in shape between them); dropped", stacklevel=2)
     point_data = {k: ps.point_data[k].astype(np.dtype(dt), copy=False) for k, (_, dt) in pfields.items()}
+    cfields, _ = _agree_fields(ps.cell_data, group)
+    # the pieces read keep only the fields every piece has, so that every rank's piece written back holds them
+    ps.point_data = point_data
+    ps.cell_data = {k: ps.cell_data[k].astype(np.dtype(dt), copy=False) for k, (_, dt) in cfields.items()}
     dim = 2 if planar else 3
 
     # 1. one number per point: local duplicates first, then the key's owner decides
