@@ -23,6 +23,12 @@ triangulated, nodes renumbered at random, analytic velocity and pressure fields)
    output (checked before timing), and the two kinds of step alternate in one process so that both
    see the same machine load (target: meshshard / plain <= 1.1).
 
+4. A ``.pvtu`` of ``--pieces-nodes`` nodes in 8 pieces read piece-wise
+   (:func:`meshshard.ops.pieces.read_pieces_distributed`: read + numbering + partition + halo) at
+   P = 4 local gloo ranks against one process reading the merged file and building the same graph,
+   partition and every part's halo: the worst rank's peak memory (VmHWM during the step minus its
+   RSS before it) as a fraction of the one process's (target <= 1/P + 0.1), and the wall times.
+
 Memory is estimated before anything runs: a checkpointed step keeps every block's input node and
 edge latents, about ``46 * N * hidden * layers`` bytes on a triangle mesh (6 directed edges per
 node; constant from benchmarks/bench_meshgraphnet.py), and preprocessing about
@@ -189,6 +195,81 @@ def _rank(rank, world, data_dir, cfg):
     return out
 
 
+def _write_pieces(mesh, path: Path, pieces: int) -> None:
+    """``mesh`` (triangles) as a ``.pvtu`` of ``pieces`` slabs along x, equal cell counts."""
+    import numpy as np
+
+    from meshshard.io.pieces import write_piece, write_pvtu
+
+    tri = mesh.cells["triangle"]
+    order = np.argsort(mesh.points[tri].mean(axis=1)[:, 0], kind="stable")
+    names = []
+    for k, idx in enumerate(np.array_split(order, pieces)):
+        used, local = np.unique(tri[idx], return_inverse=True)
+        pd = {name: v[used] for name, v in mesh.point_data.items()}
+        name = f"{path.stem}/{path.stem}_{k}.vtu"
+        write_piece(path.parent / name, mesh.points[used], np.full(len(idx), 5), np.arange(len(idx) + 1) * 3,
+                    local.reshape(-1), pd)
+        names.append(name)
+    write_pvtu(path, names, pd)
+
+
+def _pieces_work(pvtu: str, world: int):
+    """A piece-wise read at P = world, or at world 1 the one-process path; (owned, ghosts)."""
+    if world > 1:
+        from meshshard.ops.pieces import read_pieces_distributed
+
+        pg = read_pieces_distributed(pvtu)
+        return pg.graph.num_owned, pg.graph.num_ghost
+    from meshshard.graph.halo import build_all_parts
+    from meshshard.io import read_mesh
+    from meshshard.partitioners import partition
+
+    mesh = read_mesh(pvtu)
+    ei = mesh.edge_index()
+    part = partition(mesh.points, 4, method="kdtree", refine=False)
+    build_all_parts(ei, part, 1)
+    return mesh.num_nodes, 0
+
+
+def _pieces_rank(rank, world, pvtu, warm):
+    """Peak memory and time of :func:`_pieces_work`, after a run on the small file ``warm`` (imports,
+    compiled kernels: what a process holds before it reads any mesh)."""
+    from meshshard._fileutil import release_free_heap
+
+    torch.set_num_threads(1)
+    _pieces_work(warm, world)
+    gc.collect()
+    release_free_heap(0)
+    before = _rss_kb()
+    _reset_hwm()
+    t0 = time.perf_counter()
+    owned, ghost = _pieces_work(pvtu, world)
+    seconds = time.perf_counter() - t0
+    return {"peak": (_hwm_kb() - before) * 1024, "seconds": seconds, "owned": owned, "ghost": ghost}
+
+
+def _pieces_section(n_target: int, tmp: Path) -> list:
+    """Rows of the piece-wise read table: the one-process path, then P = 4."""
+    from meshshard.datasets.synthetic import jittered_grid_mesh
+    from meshshard.testing import run_distributed
+
+    warm = tmp / "pieces_warm.pvtu"
+    _write_pieces(jittered_grid_mesh(1000), warm, 8)
+    mesh = jittered_grid_mesh(n_target)
+    n = mesh.num_nodes
+    pvtu = tmp / f"pieces_{n}.pvtu"
+    _write_pieces(mesh, pvtu, 8)
+    del mesh
+    gc.collect()
+    rows = []
+    for world in (1, 4):
+        res = run_distributed(_pieces_rank, world, args=(str(pvtu), str(warm)), timeout=1800)
+        print(f"pieces {n:,} nodes, P={world}: {max(r['seconds'] for r in res):.1f} s", flush=True)
+        rows.append((n, world, res))
+    return rows
+
+
 def _fmt_nodes(n: int) -> str:
     return f"{n:,}"
 
@@ -206,6 +287,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-memory-gb", type=float, default=6.0,
                    help="memory this benchmark may use, all its processes together (default 6)")
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="threads shared by the ranks")
+    p.add_argument("--pieces-nodes", type=int, default=None,
+                   help="nodes of the .pvtu read piece-wise at P = 4 against one process (default 200000, quick "
+                        "2000; 0: none)")
     args = p.parse_args(argv)
     sizes = [int(s) for s in (args.sizes or ("2000" if args.quick else "500000,1000000,2000000")).split(",")]
     step_nodes = args.step_nodes if args.step_nodes is not None else (0 if args.quick else 10000)
@@ -222,9 +306,12 @@ def main(argv=None) -> int:
     print(f"MeshGraphNet hidden={cfg['hidden']} layers={cfg['layers']} float32, activation checkpointing; "
           f"{cfg['cores']} cores shared by the ranks; memory budget {args.max_memory_gb:g} GiB; "
           f"{cfg['steps']} timed step(s)", flush=True)
-    pre_rows, step_rows, plain_rows = [], [], []
+    pre_rows, step_rows, plain_rows, piece_rows = [], [], [], []
+    pieces_nodes = args.pieces_nodes if args.pieces_nodes is not None else (2000 if args.quick else 200000)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
+        if pieces_nodes:
+            piece_rows = _pieces_section(pieces_nodes, tmp)
         for n_target in sizes + ([step_nodes] if step_nodes else []):
             extra = n_target == step_nodes and n_target not in sizes
             label = f"{n_target:,}" + (" (step mesh)" if extra else "")
@@ -297,6 +384,21 @@ def main(argv=None) -> int:
         halo = max(r["halo"] / r["seconds"]["meshshard"] for r in res)
         print(f"| {label} | {world} | {max(r['owned'] for r in res):,} | {max(r['ghost'] for r in res):,} | "
               f"{peak / 2**20:.0f} MiB | {peak / base[label]:.3f} | {1 / world + 0.05:.3f} | {sec:.2f} | {halo:.1%} |")
+    if piece_rows:
+        print()
+        print("A .pvtu in 8 pieces read piece-wise (read + numbering + partition + halo) at P = 4, against one "
+              "process reading the merged file, building its graph, a 4-part partition and every part's halo "
+              "(worst rank):")
+        print()
+        print("| nodes | P | largest share | ghosts | peak memory | / one process | target 1/P+0.1 | seconds |")
+        print("|---|---|---|---|---|---|---|---|")
+        one = {}
+        for n, world, res in piece_rows:
+            peak = max(r["peak"] for r in res)
+            one.setdefault(n, peak)
+            target = f"{1 / world + 0.1:.3f}" if world > 1 else ""
+            print(f"| {n:,} | {world} | {max(r['owned'] for r in res):,} | {max(r['ghost'] for r in res):,} | "
+                  f"{peak / 2**20:.0f} MiB | {peak / one[n]:.3f} | {target} | {max(r['seconds'] for r in res):.1f} |")
     print()
     print("P = 1: meshshard against plain PyTorch (same weights, same output; steps alternate):")
     print()

@@ -17,6 +17,11 @@ part: mesh files are partitioned on the fly (every rank reads the mesh and build
 partition), a preprocessed dataset folder is read part by part (each rank reads only its own part,
 or, on another number of ranks than the dataset's parts, the parts its share touches: parts are
 merged or split on load), and rank 0 gathers the prediction in the original node order and writes.
+A ``.pvtu`` / ``.pvtp`` with at least as many pieces as ranks is read piece-wise instead
+(:func:`meshshard.ops.pieces.read_pieces_distributed`: each rank reads only its pieces, no rank
+holds the whole mesh) and written back as ``OUT/<sample>.pvtu`` with one piece per rank,
+``OUT/<sample>/<sample>_<rank>.vtu`` (the cells and points that rank read, its points' prediction
+fetched from their owners), without a gather on rank 0.
 Sharded and single-process outputs are equal (float64 to 1e-10).
 """
 from __future__ import annotations
@@ -211,6 +216,98 @@ def _write_sample(sample: dict, mesh, pred: torch.Tensor, info, out_dir: Path) -
     return {"name": sample["name"], "path": path, "num_nodes": pred.shape[0], "metrics": metrics}
 
 
+def _piecewise(source: Path, info, world: int, group, echo) -> bool:
+    """Whether a mesh file is read piece-wise: under torchrun, a ``.pvtu`` / ``.pvtp`` with at least
+    as many pieces as ranks and a vertex-based checkpoint (rank 0 says in one line why not)."""
+    from meshshard.distributed import get_rank, run_together
+    from meshshard.io.pieces import PIECE_SUFFIXES, piece_sources
+
+    if world == 1 or source.suffix.lower() not in PIECE_SUFFIXES:
+        return False
+    count = run_together(lambda: len(piece_sources(source)), f"predict: reading {source}", group)
+    why = None
+    if count < world:
+        why = f"has {count} piece(s), fewer than the {world} ranks"
+    elif info.nodes != "points":
+        why = "is predicted cell-centred (nodes = cells), which is not read piece-wise"
+    if why and get_rank(group) == 0:
+        echo(f"{source.name} {why}: every rank reads the whole mesh")
+    return why is None
+
+
+def _piece_inputs(source: Path, info, dtype, method: str, group):
+    """Every rank: its share of a ``.pvtu`` / ``.pvtp`` read piece-wise (:func:`meshshard.ops.pieces.read_pieces_distributed`)
+    and the normalised inputs of its owned nodes and local edges."""
+    from meshshard.datasets.fields import edge_features
+    from meshshard.distributed import run_together
+    from meshshard.io import Mesh
+    from meshshard.io.fields import field_columns, select_fields
+    from meshshard.ops.pieces import read_pieces_distributed
+
+    pg = read_pieces_distributed(source, method=method, group=group)
+    graph = pg.graph
+
+    def owned_inputs():
+        dims = len(info.stats.edge_attr.mean) - 1
+        if pg.dim != dims:
+            raise ValueError(f"{source}: a {pg.dim}D mesh, but the checkpoint was trained on {dims}D meshes")
+        owned = Mesh(pg.points.numpy(), point_data=pg.point_data, source=source)
+        cols = field_columns(owned, info.features)
+        if cols != info.feature_columns:
+            raise ValueError(f"{source}: the features {info.features} give the columns {cols}, the checkpoint was "
+                             f"trained on {info.feature_columns}")
+        return owned, torch.from_numpy(select_fields(owned, info.features))
+
+    owned, x = run_together(owned_inputs, f"predict: the inputs of {source}", group)
+    # the pieces carry no node sets: every node is interior, as in the merged file
+    node_type = torch.nn.functional.one_hot(torch.zeros(owned.num_nodes, dtype=torch.long), len(info.node_types) + 1)
+    pos = graph.exchange(pg.points)  # owned + ghost rows
+    x_in, e_in = _normalised(x, node_type, edge_features(pos, graph.edge_index), info, dtype)
+    return pg, owned, x_in, e_in
+
+
+def _write_pieces_sample(sample: dict, pg, owned, pred: torch.Tensor, info, out_dir: Path, group) -> dict:
+    """Every rank writes ``OUT/<name>/<name>_<rank>.vtu`` (the pieces it read, with the prediction
+    fetched from the nodes' owners); rank 0 then writes the master ``OUT/<name>.pvtu``."""
+    from meshshard.distributed import ReduceOp, all_reduce, get_rank, get_world_size, run_together
+    from meshshard.io import Mesh
+    from meshshard.io.pieces import write_piece, write_pvtu
+    from meshshard.io.write import prediction_fields
+    from meshshard.ops.pieces import RowFetch
+
+    rank, world, name = get_rank(group), get_world_size(group), sample["name"]
+    pred = pred.detach().to("cpu", torch.float64)
+    local_pred = RowFetch(pg.local_ids, pg.graph.sizes, group)(pred)
+    ps = pg.local
+    pieces = [Path(name) / f"{name}_{r:04d}.vtu" for r in range(world)]
+
+    def write():
+        local = Mesh(ps.points[:, :pg.dim], point_data=ps.point_data, source=sample["source"])
+        fields, _ = prediction_fields(local, local_pred, info.targets, info.target_columns)
+        ids = ps.global_ids if pg.key_kind == "ids" else pg.point_ids
+        point_data = {**ps.point_data, "GlobalPointIds": ids, **fields}
+        write_piece(out_dir / pieces[rank], ps.points, ps.cell_types, ps.cell_offsets, ps.cell_conn, point_data,
+                    ps.cell_data)
+        return point_data
+
+    point_data = run_together(write, f"predict: writing {pieces[rank]}", group)
+    run_together(lambda: write_pvtu(out_dir / f"{name}.pvtu", pieces, point_data, ps.cell_data) if rank == 0 else None,
+                 f"predict: writing {name}.pvtu", group)
+    # metrics over the owned nodes, summed over the ranks
+    _, truth = prediction_fields(owned, pred, info.targets, info.target_columns)
+    metrics = None
+    if truth is not None:
+        err = pred - truth
+        sums = all_reduce(torch.stack([(err ** 2).sum(0), (truth ** 2).sum(0)]), group=group)
+        worst = all_reduce(err.abs().amax(0) if len(err) else torch.zeros(err.shape[1], dtype=err.dtype),
+                           op=ReduceOp.MAX, group=group)
+        n = pg.num_nodes
+        metrics = {c: {"mse": float(sums[0, j] / n),
+                       "rel_l2": float(sums[0, j].sqrt() / sums[1, j].sqrt()) if sums[1, j] > 0 else float("nan"),
+                       "max_abs": float(worst[j])} for j, c in enumerate(info.target_columns)}
+    return {"name": name, "path": out_dir / f"{name}.pvtu", "num_nodes": pg.num_nodes, "metrics": metrics}
+
+
 def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: int = 0, amp: Optional[str] = None,
             dtype: Optional[str] = None, device=None, group=None, progress: bool = True, echo=print,
             nodes: Optional[str] = None) -> List[dict]:
@@ -290,6 +387,19 @@ def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: 
     bar = tqdm(samples, desc="predict", unit="sample", disable=not progress or rank != 0, file=sys.stderr)
     for sample in bar:
         mesh = None
+        if "dataset" not in sample and _piecewise(Path(sample["source"]), info, world, group,
+                                                  lambda m: bar.write(m, file=sys.stderr)):
+            pg, owned, x_in, e_in = _piece_inputs(Path(sample["source"]), info, run_dtype, method, group)
+            with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16"):
+                pred = net(x_in.to(device), e_in.to(device), graph=pg.graph.to(device)).to(run_dtype)
+            res = _write_pieces_sample(sample, pg, owned, info.stats.y.denormalize(pred), info, out_dir, group)
+            if rank == 0:
+                results.append(res)
+                if res["metrics"]:
+                    (echo if bar.disable else bar.write)(f"{res['name']}: " + "; ".join(
+                        f"{c}: MSE {m['mse']:.4g}, relative L2 {m['rel_l2']:.4g}, max |error| {m['max_abs']:.4g}"
+                        for c, m in res["metrics"].items()))
+            continue
         if "dataset" in sample:
             graph, x_in, e_in, unknown = run_together(lambda: datasets.sample_inputs(sample, info),
                                                       f"predict: {sample['name']}", group)

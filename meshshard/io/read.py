@@ -78,7 +78,35 @@ def point_field_names(path: PathLike, nodes: str = "points") -> List[str]:
         names = _vtu_point_field_names(path)
         if names is not None:
             return names
+    if path.is_file() and suffix in (".pvtu", ".pvtp"):
+        names = _parallel_point_field_names(path)
+        if names is not None:
+            return names
     return sorted(read_mesh(path).point_data)
+
+
+def _parallel_point_field_names(path: Path) -> Optional[List[str]]:
+    """The point fields a ``.pvtu`` / ``.pvtp`` master declares (its ``<PPointData>``), without
+    VTK's ghost marks and global point ids; None when it declares none or is not valid XML."""
+    import xml.etree.ElementTree as ET
+
+    from meshshard.io.vtk_formats import _GHOST, _GLOBAL_ID_NAMES
+
+    try:
+        root = ET.parse(path).getroot()
+    except ET.ParseError:
+        return None
+    block = next(root.iter("PPointData"), None)
+    if block is None:
+        return None
+    names = []
+    for a in block.iter("PDataArray"):
+        name = a.get("Name")
+        is_int = "Int" in (a.get("type") or "") and a.get("NumberOfComponents", "1") == "1"
+        if not name or name == _GHOST or name == block.get("GlobalIds") or (is_int and name in _GLOBAL_ID_NAMES):
+            continue
+        names.append(name)
+    return sorted(set(names))
 
 
 _VTU_POINT_DATA = re.compile(rb"<PointData\b[^>]*?(/>|>(.*?)</PointData>)", re.S)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import warnings
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
@@ -274,22 +273,14 @@ def _read_pieces(path: Path) -> List[Tuple[str, object]]:
     """The pieces of a ``.pvtu`` / ``.pvtp``, each read by the serial reader, as (name, dataset)."""
     from vtkmodules.vtkIOXML import vtkXMLPolyDataReader, vtkXMLUnstructuredGridReader
 
-    try:
-        root = ET.parse(path).getroot()
-    except ET.ParseError as exc:
-        raise ValueError(f"{path}: not a valid XML file ({exc})") from exc
-    sources = [p.get("Source") for p in root.iter("Piece") if p.get("Source")]
-    if not sources:
-        raise ValueError(f"{path}: names no pieces (no <Piece Source=...>)")
+    from meshshard.io.pieces import piece_sources
+
     out = []
-    for src in sources:
-        piece = (path.parent / src)
-        if not piece.is_file():
-            raise FileNotFoundError(f"{path}: piece {src} not found at {piece}")
+    for piece in piece_sources(path):
         reader = vtkXMLUnstructuredGridReader() if path.suffix.lower() == ".pvtu" else vtkXMLPolyDataReader()
         reader.SetFileName(str(piece))
         reader.Update()
-        out.append((Path(src).stem, reader.GetOutputDataObject(0)))
+        out.append((piece.stem, reader.GetOutputDataObject(0)))
     return out
 
 

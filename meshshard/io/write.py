@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -19,7 +19,7 @@ import torch
 from meshshard._fileutil import atomic_path
 from meshshard.io.fields import POSITION_FIELD, parse_field, select_fields
 
-__all__ = ["write_vtu", "write_prediction", "write_pvd", "PRED_SUFFIX", "ERROR_SUFFIX"]
+__all__ = ["write_vtu", "write_prediction", "prediction_fields", "write_pvd", "PRED_SUFFIX", "ERROR_SUFFIX"]
 
 #: the point field of a target's prediction is ``<target>_pred``, of its error ``<target>_error``
 PRED_SUFFIX = "_pred"
@@ -159,6 +159,34 @@ def write_vtu(path, mesh, point_data: Optional[Mapping] = None, *, source=None) 
     return path
 
 
+def prediction_fields(mesh, pred: torch.Tensor, targets: Sequence[str],
+                      target_columns: Sequence[str]) -> Tuple[Dict[str, np.ndarray], Optional[torch.Tensor]]:
+    """The fields :func:`write_prediction` adds: ``<target>_pred`` and, when ``mesh`` holds the
+    target fields, ``<target>_error`` (prediction minus truth).
+
+    Args:
+        mesh: a :class:`meshshard.io.Mesh` (or a part of one) with ``N`` nodes; its target fields
+            are the truth.
+        pred: float64 de-normalised prediction ``[N, C]``.
+        targets, target_columns: as :func:`write_prediction`.
+
+    Returns:
+        ``(fields, truth)``: name -> ``[N]`` or ``[N, w]`` arrays, and the truth ``[N, C]`` float64
+        (``None`` when ``mesh`` lacks a target field).
+    """
+    has_truth = all(parse_field(t)[0] in mesh.point_data or parse_field(t)[0] == POSITION_FIELD for t in targets)
+    truth = torch.from_numpy(select_fields(mesh, targets)) if has_truth and targets else None
+    fields = {}
+    for key, c0, width in _target_keys(targets, target_columns):
+        cols = slice(c0, c0 + width)
+        pred_name, error_name = f"{key}{PRED_SUFFIX}", f"{key}{ERROR_SUFFIX}"
+        fields[pred_name] = pred[:, cols].squeeze(1).numpy() if width == 1 else pred[:, cols].numpy()
+        if truth is not None:
+            err = pred[:, cols] - truth[:, cols]
+            fields[error_name] = err.squeeze(1).numpy() if width == 1 else err.numpy()
+    return fields, truth
+
+
 def write_prediction(path, mesh, pred: torch.Tensor, targets: Sequence[str], target_columns: Sequence[str], *,
                      source=None) -> Optional[Dict[str, Dict[str, float]]]:
     """Write ``mesh`` with a model's prediction as a .vtu file (atomically; what ``meshshard predict``
@@ -189,16 +217,7 @@ def write_prediction(path, mesh, pred: torch.Tensor, targets: Sequence[str], tar
         raise ValueError(f"{source or 'the mesh'}: pred must have shape [{mesh.num_nodes}, {len(target_columns)}] "
                          f"(one row per node, one column per target column {list(target_columns)}), "
                          f"got {list(pred.shape)}")
-    has_truth = all(parse_field(t)[0] in mesh.point_data or parse_field(t)[0] == POSITION_FIELD for t in targets)
-    truth = torch.from_numpy(select_fields(mesh, targets)) if has_truth and targets else None
-    fields = {}
-    for key, c0, width in _target_keys(targets, target_columns):
-        cols = slice(c0, c0 + width)
-        pred_name, error_name = f"{key}{PRED_SUFFIX}", f"{key}{ERROR_SUFFIX}"
-        fields[pred_name] = pred[:, cols].squeeze(1).numpy() if width == 1 else pred[:, cols].numpy()
-        if truth is not None:
-            err = pred[:, cols] - truth[:, cols]
-            fields[error_name] = err.squeeze(1).numpy() if width == 1 else err.numpy()
+    fields, truth = prediction_fields(mesh, pred, targets, target_columns)
     write_vtu(path, mesh, fields, source=source)
     if truth is None:
         return None

@@ -265,3 +265,84 @@ def test_nodes_must_match_the_checkpoint(cells, setup, tmp_path, capsys):
         err = capsys.readouterr().err
         assert "preprocess it again with --nodes" in err or "feature columns" in err, err
         assert not out.exists()
+
+
+# ---- a .pvtu read piece-wise under a process group -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pieces(tmp_path_factory):
+    """A tet mesh as 5 uneven pieces (global point ids), a checkpoint on it, the one-process output."""
+    from tests.io._piece_files import delaunay_mesh, write_split
+
+    tmp = tmp_path_factory.mktemp("predict_pieces")
+    src = write_split(tmp / "cube.pvtu", *delaunay_mesh(4, 200, 3), [0.15, 0.3, 0.6, 0.7], ids=True)
+    ck = _checkpoint(tmp / "ck.pt", [src], ["q"], ["p"])
+    single = predict(ck, [src], tmp / "single", **QUIET)[0]
+    return dict(tmp=tmp, src=src, ck=ck, single=single)
+
+
+def _pieces_sharded(rank, world, pieces):
+    from meshshard.distributed import new_group
+
+    groups = {w: new_group(range(w)) for w in range(2, world + 1)}
+    out = {}
+    for w, g in groups.items():
+        if rank < w:
+            out[w] = predict(pieces["ck"], [pieces["src"]], pieces["tmp"] / f"w{w}", group=g, **QUIET)
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_pieces_read_and_written_piece_wise_equal_the_one_file_output(pieces, capsys):
+    import vtk
+
+    from meshshard.io import read_mesh
+
+    results = run_distributed(_pieces_sharded, MAX_RANKS, args=(pieces,), timeout=280)
+    ref_res = pieces["single"]
+    ref = read_mesh(ref_res["path"])
+    order_ref = np.lexsort(ref.points.T)
+    for w in range(2, MAX_RANKS + 1):
+        res = results[0][w][0]
+        assert all(results[r][w] == [] for r in range(1, w))
+        out = pieces["tmp"] / f"w{w}"
+        assert res["path"] == out / "cube.pvtu" and res["num_nodes"] == ref.num_nodes
+        assert sorted(p.name for p in (out / "cube").iterdir()) == [f"cube_{r:04d}.vtu" for r in range(w)]
+        for key in ("mse", "rel_l2", "max_abs"):
+            np.testing.assert_allclose(res["metrics"]["p"][key], ref_res["metrics"]["p"][key], rtol=1e-10)
+        # ParaView's reader opens it: every cell once, the pieces' border points repeated
+        reader = vtk.vtkXMLPUnstructuredGridReader()
+        reader.SetFileName(str(res["path"]))
+        reader.Update()
+        assert reader.GetOutput().GetNumberOfCells() == ref.num_cells
+        # merged back, it is the one-file output (float64 1e-10)
+        got = read_mesh(res["path"])
+        assert got.num_nodes == ref.num_nodes and got.num_cells == ref.num_cells
+        order = np.lexsort(got.points.T)
+        np.testing.assert_array_equal(got.points[order], ref.points[order_ref])
+        for name in ("q", "p"):
+            np.testing.assert_array_equal(got.point_data[name][order], ref.point_data[name][order_ref])
+        for name in ("p_pred", "p_error"):
+            _assert_close(got.point_data[name][order], ref.point_data[name][order_ref], 1e-10)
+        assert sorted(got.cell_data["c"]) == sorted(ref.cell_data["c"])
+
+
+def _few_pieces(rank, world, pieces, src):
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        predict(pieces["ck"], [src], pieces["tmp"] / "few", progress=False, echo=lambda *a: None)
+    return err.getvalue()
+
+
+@pytest.mark.timeout(200)
+def test_fewer_pieces_than_ranks_reads_the_whole_mesh_with_one_line(pieces):
+    from tests.io._piece_files import delaunay_mesh, write_split
+
+    src = write_split(pieces["tmp"] / "few.pvtu", *delaunay_mesh(4, 200, 3), [0.5], ids=False)
+    err = run_distributed(_few_pieces, 3, args=(pieces, src), timeout=180)
+    line = "few.pvtu has 2 piece(s), fewer than the 3 ranks: every rank reads the whole mesh"
+    assert line in err[0] and not any(line in e for e in err[1:])
+    assert (pieces["tmp"] / "few" / "few.vtu").is_file() and not (pieces["tmp"] / "few" / "few.pvtu").exists()
