@@ -152,7 +152,7 @@ def grid_input(func, x, nd: int) -> GridInput:
     return GridInput(func, x, nd)
 
 
-def fetch(g: GridInput, windows: Dict[int, Windows]) -> torch.Tensor:
+def fetch(g: GridInput, windows: Dict[int, Windows], local: torch.Tensor | None = None) -> torch.Tensor:
     """The rows every rank needs, fetched along each sharded dim in turn (mesh-dim order, inside that
     mesh dim's group; each fetch works on what the previous ones brought, so corner blocks come too).
 
@@ -160,11 +160,12 @@ def fetch(g: GridInput, windows: Dict[int, Windows]) -> torch.Tensor:
         g: the grid input.
         windows: ``{tensor dim: per rank, its global (start, stop) ranges}`` (every rank passes every
             rank's ranges; clipped to ``[0, N)`` here). Sharded dims without an entry keep their rows.
+        local: this rank's rows to start from (default ``g.local``; the same shape).
 
     Returns:
         The local tensor with the fetched rows along each listed dim, in range order.
     """
-    local = g.local
+    local = g.local if local is None else local
     for ax in g.axes:
         if ax.d not in windows:
             continue

@@ -6,7 +6,12 @@ rows whose window starts in its rows (conv) or whose source row ``(o + padding) 
 of its rows (transposed conv); it fetches the input rows those outputs read (halo, one sharded
 dim at a time, see :mod:`._grid`) and runs the op locally, with the zero padding of the global
 edges applied explicitly. Weights are plain (or replicated) tensors; their gradients are per-rank
-partial sums, as for ``nn.Linear``. A sharded batch dim runs locally."""
+partial sums, as for ``nn.Linear``. A sharded batch dim runs locally.
+
+A convolution saves only this rank's own rows for backward, as torch's saves its input (which the
+layer before usually keeps anyway): the window with the fetched rows and the zero padding is
+rebuilt in backward (one more exchange of the halo rows, no convolution recomputed) instead of
+being kept alive from forward to backward."""
 from __future__ import annotations
 
 import torch
@@ -34,6 +39,51 @@ def _pads(padding, k, dil, nd):
 def _flat_pad(pads):
     """``F.pad``'s argument (last dim first) from per-dim (left, right)."""
     return [v for lr in reversed(pads) for v in lr]
+
+
+class _ConvOnFetchedRows(torch.autograd.Function):
+    """``conv(pad(fetch_rows(local)), weight, bias)`` with ``fetch_rows`` the (differentiable,
+    collective) fetch of the halo rows and ``pad`` the zero padding at the global edges (``F.pad``'s
+    argument); saves ``local`` and the weight, not the window.
+
+    Every rank runs the same collectives in the same order in forward and backward, also a rank
+    that owns no output row (``empty``: ``compute_empty(window)`` gives its empty output)."""
+
+    @staticmethod
+    def forward(ctx, local, weight, bias, fetch_rows, pad, func, stride, dilation, groups, compute_empty):
+        with torch.no_grad():
+            window = fetch_rows(local)
+            if compute_empty is not None:
+                out = compute_empty(window)
+            else:
+                out = func(F.pad(window, pad), weight, bias, stride, 0, dilation, groups)
+        ctx.save_for_backward(local, weight, bias)
+        ctx.fetch_rows, ctx.pad, ctx.stride, ctx.dilation, ctx.groups = fetch_rows, pad, stride, dilation, groups
+        ctx.empty = compute_empty is not None
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        local, weight, bias = ctx.saved_tensors
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        with torch.enable_grad():  # the exchange again (collective), then its backward
+            src = local.detach().requires_grad_(need_x)
+            window = ctx.fetch_rows(src)
+            if not ctx.empty:
+                window = F.pad(window, ctx.pad)
+        if ctx.empty:
+            gx = torch.zeros_like(window)
+            gw = torch.zeros_like(weight) if need_w else None
+            gb = torch.zeros_like(bias) if need_b else None
+        else:
+            nd = weight.dim() - 2
+            gx, gw, gb = torch.ops.aten.convolution_backward(
+                grad.contiguous(), window.detach(), weight, [bias.shape[0]] if bias is not None else None,
+                list(ctx.stride), [0] * nd, list(ctx.dilation), False, [0] * nd, ctx.groups,
+                [need_x, need_w, need_b])
+        grad_local = torch.autograd.grad(window, src, gx)[0] if need_x else None
+        return grad_local, gw, gb, None, None, None, None, None, None, None
 
 
 def conv_handler(func, types, args, kwargs):
@@ -67,12 +117,22 @@ def conv_handler(func, types, args, kwargs):
         else:
             local_pads[j] = (0, 0)
             empty[ax.d] = ext + 1
-    win = fetch(g, windows)
-
     def call(t):
         return func(F.pad(t, _flat_pad(local_pads)), w, b, s, 0, dil, a["groups"])
 
-    out = empty_output(call, win, empty, w, b) if empty else call(win)
+    if torch.is_autocast_enabled(g.local.device.type):  # the composed ops, cast by autocast
+        win = fetch(g, windows)
+        out = empty_output(call, win, empty, w, b) if empty else call(win)
+        return wrap_grid(g, out, counts)
+
+    def fetch_rows(t):
+        return fetch(g, windows, t)
+
+    def compute_empty(window):
+        return empty_output(call, window, empty)
+
+    out = _ConvOnFetchedRows.apply(g.local, w, b, fetch_rows, _flat_pad(local_pads), func, s, dil, a["groups"],
+                                   compute_empty if empty else None)
     return wrap_grid(g, out, counts)
 
 
