@@ -136,21 +136,24 @@ class _GlobalBatchNorm(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad, _grad_mean, _grad_m2):
+        # dx = invstd * w * (g - sum(g) / n - xhat * sum(g * xhat) / n), the sums over every rank;
+        # written in place so that backward holds about two tensors of the input's size
         x, weight, mean, invstd = ctx.saved_tensors
-        dims, shape = ctx.dims, ctx.shape
+        dims, shape, n = ctx.dims, ctx.shape, max(ctx.count, 1)
         ga = _acc(grad)
-        xhat = (_acc(x) - mean) * invstd
-        gy = ga * weight.reshape(shape) if weight is not None else ga
-        sums = torch.stack([gy.sum(dims, keepdim=True), (gy * xhat).sum(dims, keepdim=True)])
+        xhat = _acc(x) - mean
+        xhat.mul_(invstd)
+        sums = torch.stack([ga.sum(dims, keepdim=True), (ga * xhat).sum(dims, keepdim=True)])
+        local = sums.clone()  # this rank's shares: the gradients of weight and bias
         for group, world in ctx.groups:
             if world > 1:
                 all_reduce(sums, group=group)
-        n = max(ctx.count, 1)
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_x = ((gy - sums[0] / n - xhat * (sums[1] / n)) * invstd).to(x.dtype)
-        grad_w = (ga * xhat).sum(dims).to(weight.dtype) if weight is not None and ctx.needs_input_grad[1] else None
-        grad_b = ga.sum(dims).to(ctx.bias_dtype) if ctx.has_bias and ctx.needs_input_grad[2] else None
+            scale = invstd * weight.reshape(shape).to(invstd.dtype) if weight is not None else invstd
+            grad_x = xhat.mul_(-sums[1] / n).add_(ga).sub_(sums[0] / n).mul_(scale).to(x.dtype)
+        grad_w = local[1].reshape(-1).to(weight.dtype) if weight is not None and ctx.needs_input_grad[1] else None
+        grad_b = local[0].reshape(-1).to(ctx.bias_dtype) if ctx.has_bias and ctx.needs_input_grad[2] else None
         return grad_x, grad_w, grad_b, None, None, None, None
 
 
