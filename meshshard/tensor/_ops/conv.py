@@ -83,6 +83,7 @@ class _ConvOnFetchedRows(torch.autograd.Function):
                 list(ctx.stride), [0] * nd, list(ctx.dilation), False, [0] * nd, ctx.groups,
                 [need_x, need_w, need_b])
         grad_local = torch.autograd.grad(window, src, gx)[0] if need_x else None
+        ctx.fetch_rows = None  # its closure holds the input's rows: let them go with the graph's other tensors
         return grad_local, gw, gb, None, None, None, None, None, None, None
 
 
