@@ -179,8 +179,8 @@ class FieldAnimation:
         self.dpi, self._title = int(dpi), title
         stacked = len(panels) > 1 and not geo.three_d and geo.aspect() > 1.6  # wide domains: one above the other
         rows, cols = (len(panels), 1) if stacked else (1, len(panels))
-        w, h = figsize or _panel_figsize(geo, rows, cols)
-        self.figure = fig = new_figure((w, h), self.dpi)
+        figsize = figsize or _panel_figsize(geo, rows, cols)
+        self.figure = fig = new_figure(figsize, self.dpi)
         max_points = max_points or (MAX_POINTS_3D if geo.three_d else 200_000)
         self._panels = []
         for i, (what, values, label, lim, cmap) in enumerate(panels):
