@@ -5,17 +5,17 @@ against a plain PyTorch MeshGraphNet step with the same weights, and the rollout
     python benchmarks/bench_rollout.py             # ~10k nodes, hidden 32, 6 layers; the example's full error
     python benchmarks/bench_rollout.py --nodes 200000 --hidden 128 --layers 15 --no-example   # paper sizes
 
-A rollout step is what ``meshshard rollout`` runs per step (:func:`meshshard.models.rollout_states`):
-the normalised inputs, MeshGraphNet, the de-normalised increment added to the nodes that evolve and
-the true values set on the others (Dirichlet). The baseline is the same step written in plain
-PyTorch (``index_select`` / ``index_add_`` message passing, no PyG, no meshshard) with the same
-weights, timed in the same process at P = 1, the two alternating round by round (median of the
-paired ratios, one step per round by default, so that a load that changes
-slowly on a shared machine weighs on both; target <= 1.1). At P = 2 and 4 the state stays sharded (each rank steps its owned
-rows, only halo rows move, inside the model), the ranks share the machine's cores, and the halo
-share is the time spent in ``ShardedGraph.exchange`` over the step time (worst rank). Every rollout
-is first checked in float64 against the plain one at P = 1 (largest difference of the state after
-a few steps); the timings are float32.
+A rollout step is what ``meshshard rollout`` runs per step
+(:func:`meshshard.models.rollout_states`): the normalised inputs, MeshGraphNet, the de-normalised
+increment added to the nodes that evolve and the true values set on the others (Dirichlet). The
+baseline is the same step written in plain PyTorch (``index_select`` / ``index_add_`` message
+passing, no PyG, no meshshard) with the same weights, timed in the same process at P = 1, the two
+alternating round by round (median of the paired ratios, one step per round by default, so that a
+load that changes slowly on a shared machine weighs on both; target <= 1.1). At P = 2 and 4 the
+state stays sharded (each rank steps its owned rows, only halo rows move, inside the model), the
+ranks share the machine's cores, and the halo share is the time spent in ``ShardedGraph.exchange``
+over the step time (worst rank). Every rollout is first checked in float64 against the plain one at
+P = 1 (largest difference of the state after a few steps); the timings are float32.
 
 The second table is the RMSE per step of ``examples/learned_simulator.py`` (its ``--quick`` sizes
 with ``--quick``, its defaults otherwise): a MeshGraphNet trained briefly on 2 ranks on

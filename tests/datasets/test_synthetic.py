@@ -146,8 +146,6 @@ def test_written_trajectory_reads_back_and_preprocesses(tmp_path):
     for key in ("concentration", "velocity"):
         assert np.array_equal(back.fields[key], traj.fields[key])
     assert np.array_equal(back.static["node_type"], traj.static["node_type"])
-    with pytest.raises(ValueError, match="must end in .pvd"):
-        write_trajectory(traj, tmp_path / "adv.vtu")
     out = tmp_path / "data"
     preprocess_trajectories(pvd, out, 2, state=["velocity", "concentration"], features=["pos"],
                             node_type="node_type", dtype="float64")
