@@ -18,6 +18,7 @@ _PARTITION_ONLY = (("num_parts", "-k"), ("method", "-m"), ("seed", "--seed"), ("
                    ("knn", "--knn"), ("mesh", "--mesh"), ("sample", "--sample"), ("no_ghosts", "--no-ghosts"),
                    ("no_zoom", "--no-zoom"))
 _FIELD_ONLY = (("units", "--units"), ("view", "--view"))
+_ANIMATION_ONLY = (("fps", "--fps", 5.0), ("every", "--every", 1))
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "truth when there is no error field): truth and prediction share their colour limits, the "
                         "error map is diverging and symmetric")
     fields.add_argument("--units", help="the field's units, shown on the colour bars")
+    fields.add_argument("--animate", action="store_true", help="MESH_OR_OUT is a time series (a .pvd whose steps are "
+                        ".vtu or .pvtu, e.g. OUT/<name>.pvd of `meshshard rollout`, or any trajectory): write -o as an "
+                        "animation (.gif, or .mp4 with ffmpeg), one frame per step, of --field or of --compare's "
+                        "truth | prediction | error, the colour limits fixed over all frames")
+    fields.add_argument("--fps", type=float, default=5.0, help="--animate: frames per second (default: 5)")
+    fields.add_argument("--every", type=int, default=1, metavar="N",
+                        help="--animate: draw every N-th step (default: 1, every step; the last step always)")
     from meshshard.viz import DEFAULT_VIEW
 
     fields.add_argument("--view", type=float, nargs=2, metavar=("ELEV", "AZIM"),
@@ -79,14 +87,25 @@ def run(args: argparse.Namespace) -> int:
     """
     from meshshard.viz import plot_partition_summary
 
+    from meshshard.viz.animation import ANIMATION_SUFFIXES
+
     out = Path(args.out)
-    if out.suffix.lower() not in _SUFFIXES:
-        raise ValueError(f"-o {out}: unsupported image type; use one of {' '.join(_SUFFIXES)}")
     if args.dpi < 10 or args.dpi > 1200:
         raise ValueError(f"--dpi must be in [10, 1200], got {args.dpi}")
+    if args.animate:
+        if out.suffix.lower() not in ANIMATION_SUFFIXES:
+            raise ValueError(f"-o {out}: --animate writes {' or '.join(ANIMATION_SUFFIXES)}")
+    elif out.suffix.lower() not in _SUFFIXES:
+        hint = "; an animation (--animate) is .gif or .mp4" if out.suffix.lower() in ANIMATION_SUFFIXES else ""
+        raise ValueError(f"-o {out}: unsupported image type; use one of {' '.join(_SUFFIXES)}{hint}")
+    given = [flag for dest, flag, default in _ANIMATION_ONLY if getattr(args, dest) != default]
+    if given and not args.animate:
+        raise ValueError(f"{', '.join(given)}: only with --animate")
     src = Path(args.source)
     if not src.exists():
         raise FileNotFoundError(f"{src} not found (expected a mesh file or a shard folder)")
+    if args.animate:
+        return _run_animation(args, src, out)
     if args.field is not None or args.compare is not None:
         return _run_field(args, src, out)
     given = [flag for dest, flag in _FIELD_ONLY if getattr(args, dest) is not None]
@@ -170,6 +189,35 @@ def _run_field(args, src: Path, out: Path) -> int:
         bar.update()
     _note_3d_cells(mesh)
     print(f"wrote {out}")
+    return 0
+
+
+def _run_animation(args, src: Path, out: Path) -> int:
+    """``--animate``: read the time series and write its frames (the library does the drawing)."""
+    from meshshard.viz import DEFAULT_VIEW
+    from meshshard.viz.animation import animate_field, animate_field_comparison
+
+    given = [flag for dest, flag in _PARTITION_ONLY if _given(getattr(args, dest))]
+    given += [flag for dest, flag in (("zoom", "--zoom"), ("nodes", "--nodes")) if _given(getattr(args, dest))]
+    if given:
+        raise ValueError(f"{', '.join(given)}: not with --animate")
+    if args.compare is None and args.field is None:
+        raise ValueError("--animate draws --field NAME, or --compare TRUTH (truth | prediction | error per frame)")
+    if src.suffix.lower() not in (".pvd", ".xdmf", ".xmf") and not src.is_dir():
+        raise ValueError(f"--animate draws a time series: a .pvd collection (or an XDMF time series, or a folder of "
+                         f"numbered step files); {src} is a single {src.suffix or 'file'}; without --animate "
+                         "--field / --compare draw one mesh file")
+    if args.every < 1:
+        raise ValueError(f"--every must be >= 1, got {args.every}")
+    if not args.fps > 0:
+        raise ValueError(f"--fps must be > 0, got {args.fps}")
+    view = tuple(args.view) if args.view is not None else DEFAULT_VIEW
+    common = dict(fps=args.fps, every=args.every, units=args.units, view=view, dpi=args.dpi, progress=not args.quiet)
+    if args.compare is not None:
+        anim = animate_field_comparison(src, args.compare, out, pred=args.field, **common)
+    else:
+        anim = animate_field(src, args.field, out, **common)
+    print(f"wrote {out} ({anim.frames_written} frames of {anim.num_frames} steps)")
     return 0
 
 

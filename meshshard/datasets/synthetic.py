@@ -1,4 +1,5 @@
-"""Synthetic meshes with analytic fields: a gmsh cylinder channel, and a large jittered grid.
+"""Synthetic meshes with analytic fields (a gmsh cylinder channel, a large jittered grid) and
+transient cases on any mesh (:func:`advection_diffusion_trajectory`).
 
 :func:`cylinder_channel_mesh` is used by ``meshshard demo`` when the real CFD file is absent, and by
 the benchmarks to make meshes of any size; :func:`jittered_grid_mesh` makes meshes of millions of
@@ -6,6 +7,9 @@ nodes in seconds (vectorised numpy, no mesher) for ``benchmarks/bench_scale.py``
 stream ``U`` (no channel walls in the formula): velocity
 ``u = U (1 - R^2 (x^2 - y^2) / r^4)``, ``v = -2 U R^2 x y / r^4`` and Bernoulli pressure
 ``p = 0.5 rho (U^2 - |u|^2)``, with ``(x, y)`` relative to the cylinder centre.
+:func:`advection_diffusion_trajectory` steps a scalar and a vector field of any mesh through time
+(implicit graph operators, boundary nodes fixed) for the learned simulators of issue 41; tests and
+``examples/learned_simulator.py`` run on it without downloads.
 """
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["cylinder_channel_mesh", "potential_flow_fields", "mesh_size_for_nodes", "jittered_grid_mesh"]
+__all__ = ["cylinder_channel_mesh", "potential_flow_fields", "mesh_size_for_nodes", "jittered_grid_mesh",
+           "advection_diffusion_trajectory", "boundary_nodes"]
 
 _LENGTH, _HEIGHT, _CENTER, _RADIUS = 15.0, 7.5, (3.0, 0.0), 0.5
 
@@ -211,3 +216,204 @@ def jittered_grid_mesh(num_nodes: int, aspect: float = 2.0, jitter: float = 0.2,
     fields = potential_flow_fields(points, center=(length / 3, 0.5), radius=0.1)
     fields["pressure"] = fields["pressure"] + 0.1 * np.sin(2 * np.pi * points[:, 0] / length) * np.cos(np.pi * points[:, 1])
     return Mesh(points, cells={"triangle": tri}, point_data=fields, node_sets=sides)
+
+
+# ---- transient: advection-diffusion trajectories on any mesh ------------------------------------
+
+# the facets (edges of 2D cells, faces of 3D cells) by corner positions, to find a mesh's boundary
+_FACETS = {
+    "line": [(0,), (1,)],
+    "triangle": [(0, 1), (1, 2), (2, 0)],
+    "quad": [(0, 1), (1, 2), (2, 3), (3, 0)],
+    "tetra": [(0, 1, 2), (0, 1, 3), (1, 2, 3), (0, 2, 3)],
+    "hexahedron": [(0, 1, 2, 3), (4, 5, 6, 7), (0, 1, 5, 4), (1, 2, 6, 5), (2, 3, 7, 6), (3, 0, 4, 7)],
+    "wedge": [(0, 1, 2), (3, 4, 5), (0, 1, 4, 3), (1, 2, 5, 4), (2, 0, 3, 5)],
+    "pyramid": [(0, 1, 4), (1, 2, 4), (2, 3, 4), (3, 0, 4), (0, 1, 2, 3)],
+}
+
+
+def boundary_nodes(mesh) -> np.ndarray:
+    """Which nodes of ``mesh`` lie on its boundary.
+
+    The union of the mesh's named node sets when it has any (as :func:`cylinder_channel_mesh` and
+    :func:`jittered_grid_mesh` give them), else the nodes of its boundary cells (a file's markers),
+    else the nodes of the facets that belong to one cell only.
+
+    Args:
+        mesh: a :class:`~meshshard.io.Mesh` with cells.
+
+    Returns:
+        bool ``[N]``.
+
+    Raises:
+        ValueError: a point cloud (no cells), or a cell type whose facets are unknown here.
+    """
+    n = mesh.num_nodes
+    out = np.zeros(n, dtype=bool)
+    if mesh.node_sets:
+        for ids in mesh.node_sets.values():
+            out[np.asarray(ids, dtype=np.int64)] = True
+        return out
+    if mesh.boundary_cells:
+        for conn in mesh.boundary_cells.values():
+            out[np.asarray(conn, dtype=np.int64).reshape(-1)] = True
+        return out
+    if mesh.is_point_cloud:
+        raise ValueError("boundary_nodes: a point cloud has no cells, so no boundary; pass boundary= explicitly")
+    facets = {}
+    for ctype, conn in mesh.cells.items():
+        if ctype not in _FACETS:
+            raise ValueError(f"boundary_nodes: unknown facets of cell type {ctype!r} (known: {sorted(_FACETS)}); "
+                             "pass boundary= explicitly")
+        for f in _FACETS[ctype]:
+            facets.setdefault(len(f), []).append(conn[:, list(f)])
+    for group in facets.values():
+        f = np.concatenate(group)
+        key = np.sort(f, axis=1)
+        _, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+        out[f[counts[inverse.reshape(-1)] == 1].reshape(-1)] = True
+    return out
+
+
+def _graph_operators(points: np.ndarray, edge_index: np.ndarray, stream: np.ndarray):
+    """Sparse ``[N, N]`` matrices of the graph Laplacian and of upwind advection along ``stream``.
+
+    Laplacian: ``(L u)_i = (2 d / deg_i) sum_j (u_j - u_i) / |x_j - x_i|^2``, consistent for quadratics on
+    isotropic stencils (a regular grid). Advection: ``(A u)_i = sum_j w_ij (u_i - u_j)`` over the upstream neighbours
+    ``j`` (``s . (x_i - x_j) > 0``), ``w_ij = c_i s . (x_i - x_j) / |x_i - x_j|^2`` with ``c_i`` making
+    the derivative along ``s`` exact for linear fields. Both have non-negative off-diagonal weights,
+    so the implicit step keeps the values between their extremes.
+    """
+    import scipy.sparse as sp
+
+    n, d = points.shape
+    src, dst = edge_index  # edge j -> i: row i takes from column j
+    diff = points[dst] - points[src]  # x_i - x_j
+    dist2 = np.maximum((diff * diff).sum(1), 1e-300)
+    deg = np.bincount(dst, minlength=n).astype(np.float64)
+    w_lap = 2.0 * d / np.maximum(deg[dst], 1.0) / dist2
+    lap = sp.csr_matrix((w_lap, (dst, src)), shape=(n, n))
+    lap = lap - sp.diags(np.asarray(lap.sum(1)).reshape(-1))
+    speed2 = float(stream @ stream)
+    along = diff @ stream  # s . (x_i - x_j)
+    up = along > 0
+    w = np.where(up, along / dist2, 0.0)
+    # sum_j w_ij s.(x_i - x_j) should be |s|^2 (the derivative along s of u = s.x)
+    norm = np.bincount(dst, weights=w * along, minlength=n)
+    scale = np.where(norm > 0, speed2 / np.maximum(norm, 1e-300), 0.0)
+    w = w * scale[dst]
+    adv = sp.diags(np.bincount(dst, weights=w, minlength=n)) - sp.csr_matrix((w, (dst, src)), shape=(n, n))
+    return lap.tocsr(), adv.tocsr()
+
+
+def advection_diffusion_trajectory(mesh=None, *, steps: int = 50, dt: Optional[float] = None,
+                                   diffusivity: float = 0.002, speed: float = 1.0, num_blobs: int = 2,
+                                   num_vortices: int = 2, boundary: Optional[np.ndarray] = None, seed: int = 0,
+                                   name: Optional[str] = None):
+    r"""A transient case on any mesh: a scalar and a velocity-like vector advected by a uniform
+    stream and diffused, the boundary nodes held at their first values (Dirichlet).
+
+    Both fields obey :math:`\partial_t u + s \cdot \nabla u = \nu \Delta u` with the stream
+    ``s = (speed, 0[, 0])`` (the Oseen linearisation: a vortex carried by the free stream and
+    smoothed by viscosity). The operators are graph operators on the mesh's edges
+    (a Laplacian and an upwind advection, scipy.sparse) and each step is
+    one implicit Euler step ``(I + dt (A - nu L)) u^{n+1} = u^n`` on the interior nodes, factorised
+    once; boundary rows keep their first value. The start is random (``seed``): ``concentration``
+    is a sum of ``num_blobs`` Gaussian blobs in the upstream half of the domain, ``velocity`` the
+    stream plus ``num_vortices`` Lamb-Oseen vortices (turning in the ``x, y`` plane). The same
+    arguments give the same arrays.
+
+    Args:
+        mesh: a :class:`~meshshard.io.Mesh` with cells, 2D or 3D (default: a
+            :func:`jittered_grid_mesh` of 1,200 nodes, aspect 2, not shuffled, ``seed``).
+        steps: time steps ``T`` written, the start included (``>= 2``).
+        dt: time step (default: half the median edge length over ``speed``: a Courant number of 0.5).
+        diffusivity: ``nu`` (``>= 0``), in domain units squared per time unit.
+        speed: the stream's speed along ``x`` (``>= 0``).
+        num_blobs, num_vortices: the start's blobs and vortices (``>= 0``).
+        boundary: bool ``[N]`` of the nodes held fixed (default :func:`boundary_nodes`).
+        seed: the random start (and the default mesh).
+        name: the trajectory's name (default ``"advection_diffusion"``).
+
+    Returns:
+        :class:`~meshshard.io.Trajectory` with ``fields`` ``concentration [T, N, 1]`` and
+        ``velocity [T, N, d]``, static ``node_type [N, 1]`` (int64: 0 interior, 1 boundary), and
+        ``times [T] = dt * arange(T)``. Write it with :func:`meshshard.io.write_trajectory`.
+
+    Raises:
+        ValueError: a point cloud, a bad argument (the message names it), or a ``boundary`` mask
+            of the wrong shape or holding every node.
+    """
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import splu
+
+    from meshshard.io import Mesh, Trajectory
+
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 2:
+        raise ValueError(f"steps must be an int >= 2 (a trajectory has at least two steps), got {steps!r}")
+    for label, v in (("diffusivity", diffusivity), ("speed", speed)):
+        if not (np.isfinite(v) and v >= 0):
+            raise ValueError(f"{label} must be finite and >= 0, got {v!r}")
+    for label, v in (("num_blobs", num_blobs), ("num_vortices", num_vortices)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"{label} must be an int >= 0, got {v!r}")
+    if mesh is None:
+        mesh = jittered_grid_mesh(1200, aspect=2.0, jitter=0.2, seed=seed, shuffle=False)
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"mesh must be a meshshard.io.Mesh, got {type(mesh).__name__}")
+    if mesh.is_point_cloud:
+        raise ValueError("advection_diffusion_trajectory needs a mesh with cells (its edges carry the operators), "
+                         "got a point cloud")
+    points = mesh.points
+    n, d = points.shape
+    fixed = boundary_nodes(mesh) if boundary is None else np.asarray(boundary, dtype=bool)
+    if fixed.shape != (n,):
+        raise ValueError(f"boundary must be a bool mask of shape [{n}], got {fixed.shape}")
+    if fixed.all():
+        raise ValueError("boundary holds every node: nothing would evolve")
+    edge_index = mesh.edge_index().numpy()
+    lengths = np.linalg.norm(points[edge_index[0]] - points[edge_index[1]], axis=1)
+    h = float(np.median(lengths))
+    if dt is None:
+        dt = 0.5 * h / speed if speed > 0 else 0.25 * h * h / max(diffusivity, 1e-12)
+    if not (np.isfinite(dt) and dt > 0):
+        raise ValueError(f"dt must be finite and > 0, got {dt!r}")
+    stream = np.zeros(d)
+    stream[0] = speed
+
+    rng = np.random.default_rng(seed)
+    lo, hi = points.min(0), points.max(0)
+    extent = hi - lo
+    size = float(extent[:2].min()) if d > 1 else float(extent[0])
+    conc = np.zeros(n)
+    for _ in range(num_blobs):
+        c = lo + extent * np.r_[rng.uniform(0.15, 0.5), rng.uniform(0.25, 0.75, d - 1)]
+        width = size * rng.uniform(0.1, 0.2)
+        conc += rng.uniform(0.5, 1.0) * np.exp(-((points - c) ** 2).sum(1) / (2 * width ** 2))
+    vel = np.tile(stream, (n, 1))
+    if d >= 2:
+        for _ in range(num_vortices):
+            c = lo + extent * np.r_[rng.uniform(0.15, 0.6), rng.uniform(0.3, 0.7), rng.uniform(0.3, 0.7, d - 2)]
+            core = size * rng.uniform(0.06, 0.12)
+            circulation = rng.choice([-1.0, 1.0]) * rng.uniform(0.5, 1.0) * 2 * np.pi * core * max(speed, 1.0)
+            rx, ry = points[:, 0] - c[0], points[:, 1] - c[1]
+            r2 = np.maximum(rx * rx + ry * ry, 1e-300)
+            u_theta_over_r = circulation / (2 * np.pi * r2) * (1.0 - np.exp(-r2 / core ** 2))
+            vel[:, 0] -= u_theta_over_r * ry
+            vel[:, 1] += u_theta_over_r * rx
+    state = np.concatenate([conc[:, None], vel], axis=1)  # [N, 1 + d]
+
+    lap, adv = _graph_operators(points, edge_index, stream)
+    interior = sp.diags((~fixed).astype(np.float64))
+    system = sp.identity(n, format="csr") + dt * (interior @ (adv - diffusivity * lap))
+    solve = splu(system.tocsc())
+    out = np.empty((steps, n, 1 + d))
+    out[0] = state
+    for k in range(1, steps):
+        state = solve.solve(state)
+        state[fixed] = out[0][fixed]  # exact Dirichlet values, not the solve's rounding
+        out[k] = state
+    node_type = fixed.astype(np.int64)[:, None]
+    return Trajectory(points, mesh.cells, fields={"concentration": out[:, :, :1], "velocity": out[:, :, 1:]},
+                      static={"node_type": node_type}, times=dt * np.arange(steps),
+                      boundary_cells=mesh.boundary_cells, name=name or "advection_diffusion")

@@ -13,7 +13,8 @@ write them back (layer 1, single process).
 - :func:`parse_field`, :func:`select_fields`, :func:`field_columns`, :func:`check_fields`: point
   fields by name (``"velocity[0,1]"``).
 - :func:`write_vtu`, :func:`write_prediction`: atomic .vtu writes of a mesh with more point fields;
-  :func:`write_pvd`: a ParaView collection of step files.
+  :func:`write_pvd`: a ParaView collection of step files; :func:`write_trajectory`: a
+  :class:`Trajectory` as such a collection.
 - :class:`Trajectory`, :func:`read_trajectory`: one mesh with fields over time steps (.pvd, XDMF
   time series, numbered step files, the MeshGraphNets TFRecord layout).
 """
@@ -34,6 +35,7 @@ from meshshard.io.tfrecord import TFRecordError, crc32c, iter_tfrecord, parse_ex
 from meshshard.io.trajectory import Trajectory
 from meshshard.io.vtk_formats import read_vtk
 from meshshard.io.write import ERROR_SUFFIX, PRED_SUFFIX, write_prediction, write_pvd, write_vtu
+from meshshard.io.write_trajectory import write_trajectory
 
 __all__ = [
     # meshes and graphs
@@ -46,6 +48,6 @@ __all__ = [
     "cells_as_nodes", "cell_adjacency", "cell_centroids", "node_type_from_field", "read_vtk",
     # transient cases: one mesh, fields over time steps
     "Trajectory", "read_trajectory", "iter_trajectories", "read_pvd", "read_xdmf_series", "read_step_files",
-    "list_step_files", "MESHGRAPHNETS_NODE_TYPES", "read_meshgraphnets", "iter_meshgraphnets",
+    "list_step_files", "write_trajectory", "MESHGRAPHNETS_NODE_TYPES", "read_meshgraphnets", "iter_meshgraphnets",
     "count_meshgraphnets", "read_meshgraphnets_meta", "TFRecordError", "crc32c", "iter_tfrecord", "parse_example",
 ]

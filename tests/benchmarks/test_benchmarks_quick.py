@@ -166,3 +166,17 @@ def test_bench_scale():
     plain = [r for r in rows if len(r) == 9 and "MiB" not in r[2]]
     assert len(plain) == 1 and float(plain[0][2]) <= 1e-5, out  # the plain PyTorch model gave the same output
     assert float(plain[0][5]) > 0, out  # meshshard / plain time ratio measured
+
+
+@pytest.mark.timeout(400)
+def test_bench_rollout():
+    out = _run("bench_rollout.py", 390)
+    assert "float64 check after 3 steps: meshshard P = 1 vs plain PyTorch, max |difference|" in out
+    m = re.search(r"meshshard P = 1 vs plain PyTorch, max \|difference\| ([0-9.e+-]+)", out)
+    assert float(m.group(1)) < 1e-10, out  # the baseline computes the same rollout
+    rows = [line for line in out.splitlines() if re.match(r"\| [124] \| \d+ \|", line)]
+    assert len(rows) == 3, out
+    assert all(float(r.strip().strip("|").split("|")[-1]) < 1e-10 for r in rows), rows  # sharded = one process
+    assert rows[0].split("|")[6].strip() not in ("", "-")  # the ratio to plain PyTorch at P = 1
+    steps = [line for line in out.splitlines() if re.match(r"\| \d+ \| [0-9.e+-]+ \| [0-9.e+-]+ \|$", line)]
+    assert len(steps) == 8, out  # the error of the example's 7 rollout steps and its start

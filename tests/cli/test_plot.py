@@ -292,3 +292,35 @@ def test_plot_cell_data(data_dir, tmp_path, capsys, monkeypatch):
     src3 = write_mixed_cells(tmp_path / "mixed3.vtu", dim=3)
     assert main(["plot", str(src3), "--field", "u", "-o", str(png), "--dpi", "40", "-q"]) == 0
     assert "3D cell data is drawn as points at the cell centres" in capsys.readouterr().out
+
+
+def test_plot_animate_a_rollout_collection(tmp_path, capsys):
+    from PIL import Image
+
+    from meshshard.datasets.synthetic import jittered_grid_mesh
+    from meshshard.io import write_trajectory
+    from tests.viz.test_animation import _rollout_like
+
+    pvd = write_trajectory(_rollout_like(jittered_grid_mesh(120, seed=1), steps=4), tmp_path / "out" / "roll.pvd")
+    gif = tmp_path / "rollout.gif"
+    assert main(["plot", str(pvd), "--compare", "f", "--animate", "-o", str(gif), "--dpi", "30", "-q"]) == 0
+    assert f"wrote {gif} (4 frames of 4 steps)" in capsys.readouterr().out
+    with Image.open(gif) as im:
+        assert im.n_frames == 4
+    assert main(["plot", str(pvd), "--field", "f_pred[1]", "--animate", "--every", "2", "-o", str(gif), "--dpi", "30",
+                 "-q"]) == 0
+    with Image.open(gif) as im:
+        assert im.n_frames == 3  # steps 0, 2 and the last
+    capsys.readouterr()
+    # a bad field: one line naming the fields there are, no traceback, no file
+    bad = tmp_path / "bad.gif"
+    assert main(["plot", str(pvd), "--compare", "velocity", "--animate", "-o", str(bad), "-q"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'velocity' not found" in err and "'f_pred'" in err and not bad.exists()
+    png = str(tmp_path / "a.png")
+    for argv, message in ((["--animate", "--compare", "f", "-o", png], "--animate writes .gif or .mp4"),
+                          (["--compare", "f", "--fps", "2", "-o", png], "--fps: only with --animate"),
+                          (["--animate", "-o", str(gif)], "--animate draws --field NAME, or --compare TRUTH"),
+                          (["--animate", "--compare", "f", "-k", "2", "-o", str(gif)], "-k: not with --animate")):
+        assert main(["plot", str(pvd), *argv, "-q"]) == 2, argv
+        assert message in capsys.readouterr().err, argv
