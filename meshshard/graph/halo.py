@@ -422,7 +422,7 @@ def build_halo_distributed(edge_index: torch.Tensor, sizes: Sequence[int], halo_
         del order
 
     known = torch.arange(lo, hi, dtype=torch.long)  # sorted
-    e_src, e_dst, e_id, e_hop = [src], [dst], [eids], [torch.zeros(src.numel(), dtype=torch.long)]
+    e_src, e_dst, e_id, e_hop = [src], [dst], [eids], [torch.zeros(1, dtype=torch.long).expand(src.numel())]
     rings: List[torch.Tensor] = []
     new = torch.unique(src[(src < lo) | (src >= hi)])
     rings.append(new)
