@@ -139,9 +139,11 @@ def order_layout(
     else:  # already grouped by ring (the distributed builder's order): the stable sort is the identity
         src, dst, eids, ehop = edge_src, edge_dst, edge_ids, edge_target_hop
     local_ei = torch.empty(2, src.numel(), dtype=torch.long)
+    chunk = 1 << 16  # the positions found are a temporary of this many ids, not of [E]
     for row, g in ((0, src), (1, dst)):
-        if g.numel():
-            torch.index_select(sort_pos, 0, torch.searchsorted(sorted_gids, g), out=local_ei[row])
+        for a in range(0, g.numel(), chunk):
+            torch.index_select(sort_pos, 0, torch.searchsorted(sorted_gids, g[a:a + chunk]),
+                               out=local_ei[row, a:a + chunk])
     counts = torch.bincount(ehop, minlength=num_hops)[:num_hops]
     ptr = torch.zeros(num_hops + 1, dtype=torch.long)
     ptr[1:] = torch.cumsum(counts, 0)

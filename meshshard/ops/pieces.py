@@ -281,6 +281,7 @@ def read_pieces_distributed(path: PathLike, *, method: str = "kdtree", halo_hops
     # what every rank must agree on: the key, the fields, the cells' dimension, planarity
     cells = ps.cells()
     dims = [topological_dim(t) for t in cells]
+    del cells  # grouped again for the edges (step 4): not held through the numbering and the partition
     flags = msd.all_gather_sizes([int(ps.global_ids is not None), max(dims, default=-1),
                                   int(bool(ps.points[:, 2].any()))], group).numpy()
     use_ids = bool(flags[:, 0].all())
@@ -318,7 +319,8 @@ def read_pieces_distributed(path: PathLike, *, method: str = "kdtree", halo_hops
     number = base[holder] + before[holder] + rank_in
     answer = np.stack([number[o_inv], (source == holder[o_inv]).astype(np.int64)], axis=1)
     back = _reply(answer, recv, order, world, group)
-    gid_u, held = back[:, 0], back[:, 1].astype(bool)
+    gid_u, held = back[:, 0].copy(), back[:, 1].astype(bool)
+    del got, o_first, o_inv, source, holder, answer, back, number, rank_in, by_holder, ukeys
 
     # 2. the holders' slices, partitioned; fields travel with their points
     rows = first[held][np.argsort(gid_u[held])]
@@ -330,6 +332,7 @@ def read_pieces_distributed(path: PathLike, *, method: str = "kdtree", halo_hops
                              axis=1)
     dest = part.assignment.numpy() * world // part.num_parts
     delivered, _, _ = _send(payload, dest, world, group)
+    del payload, dest
     delivered = delivered[np.argsort(delivered[:, 0], kind="stable")]
     if not np.array_equal(delivered[:, 0], part.global_ids.numpy()):
         raise RuntimeError(f"rank {rank}: the fields did not arrive with their points (internal error)")
@@ -345,12 +348,12 @@ def read_pieces_distributed(path: PathLike, *, method: str = "kdtree", halo_hops
     table = np.empty(int(base[rank + 1] - base[rank]), dtype=np.int64)
     table[told[:, 0] - base[rank]] = told[:, 1]
     owned_keys = delivered[:, 1:1 + kw].copy()
-    del told, delivered, payload, got, o_first, o_inv, source, holder, answer, back, number, rank_in, by_holder
+    del told, delivered
     node_u = _lookup(gid_u, base, table, world, group)
-    del table, keys, ukeys, first, rows, held
+    del table, keys, first, rows, held
 
     # 4. edges of the cells of the top dimension, each sent to the owner of its target
-    ei = _owner_edges(cells, top, node_u, inv, offsets, world, group)
+    ei = _owner_edges(ps.cells(), top, node_u, inv, offsets, world, group)
     graph = ShardedGraph.from_global_edges(ei, sizes, group=group, halo_hops=halo_hops)
     return PieceGraph(graph=graph, points=part.points.to(torch.float64), point_data=owned_fields,
                       keys=owned_keys, key_kind="ids" if use_ids else "coordinates", local=ps,
