@@ -287,9 +287,9 @@ def main(argv=None) -> int:
     p.add_argument("--max-memory-gb", type=float, default=6.0,
                    help="memory this benchmark may use, all its processes together (default 6)")
     p.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="threads shared by the ranks")
-    p.add_argument("--pieces-nodes", type=int, default=None,
-                   help="nodes of the .pvtu read piece-wise at P = 4 against one process (default 200000, quick "
-                        "2000; 0: none)")
+    p.add_argument("--pieces-nodes", default=None,
+                   help="nodes of the .pvtu read piece-wise at P = 4 against one process, comma-separated (default "
+                        "200000, quick 2000; 0: none)")
     args = p.parse_args(argv)
     sizes = [int(s) for s in (args.sizes or ("2000" if args.quick else "500000,1000000,2000000")).split(",")]
     step_nodes = args.step_nodes if args.step_nodes is not None else (0 if args.quick else 10000)
@@ -307,11 +307,11 @@ def main(argv=None) -> int:
           f"{cfg['cores']} cores shared by the ranks; memory budget {args.max_memory_gb:g} GiB; "
           f"{cfg['steps']} timed step(s)", flush=True)
     pre_rows, step_rows, plain_rows, piece_rows = [], [], [], []
-    pieces_nodes = args.pieces_nodes if args.pieces_nodes is not None else (2000 if args.quick else 200000)
+    pieces_nodes = [int(s) for s in (args.pieces_nodes or ("2000" if args.quick else "200000")).split(",") if int(s)]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        if pieces_nodes:
-            piece_rows = _pieces_section(pieces_nodes, tmp)
+        for n_pieces in pieces_nodes:
+            piece_rows += _pieces_section(n_pieces, tmp)
         for n_target in sizes + ([step_nodes] if step_nodes else []):
             extra = n_target == step_nodes and n_target not in sizes
             label = f"{n_target:,}" + (" (step mesh)" if extra else "")

@@ -131,16 +131,19 @@ def order_layout(
     order = torch.argsort(owner * big + owner_index)
     ghost_ids, ghost_hop, owner, owner_index = ghost_ids[order], ghost_hop[order], owner[order], owner_index[order]
 
-    local_gids = torch.cat([owned_ids, ghost_ids])
-    sorted_gids, sort_pos = torch.sort(local_gids)
-
-    def to_local(g: torch.Tensor) -> torch.Tensor:
-        pos = torch.searchsorted(sorted_gids, g)
-        return sort_pos[pos]
-
-    eorder = torch.sort(edge_target_hop, stable=True).indices
-    src, dst, eids, ehop = edge_src[eorder], edge_dst[eorder], edge_ids[eorder], edge_target_hop[eorder]
-    local_ei = torch.stack([to_local(src), to_local(dst)]) if src.numel() else torch.empty(2, 0, dtype=torch.long)
+    sorted_gids, sort_pos = torch.sort(torch.cat([owned_ids, ghost_ids]))
+    if edge_target_hop.numel() > 1 and not bool((edge_target_hop[1:] >= edge_target_hop[:-1]).all()):
+        eorder = torch.sort(edge_target_hop, stable=True).indices
+        src, dst, eids, ehop = edge_src[eorder], edge_dst[eorder], edge_ids[eorder], edge_target_hop[eorder]
+        del eorder
+    else:  # already grouped by ring (the distributed builder's order): the stable sort is the identity
+        src, dst, eids, ehop = edge_src, edge_dst, edge_ids, edge_target_hop
+    local_ei = torch.empty(2, src.numel(), dtype=torch.long)
+    chunk = 1 << 16  # the positions found are a temporary of this many ids, not of [E]
+    for row, g in ((0, src), (1, dst)):
+        for a in range(0, g.numel(), chunk):
+            torch.index_select(sort_pos, 0, torch.searchsorted(sorted_gids, g[a:a + chunk]),
+                               out=local_ei[row, a:a + chunk])
     counts = torch.bincount(ehop, minlength=num_hops)[:num_hops]
     ptr = torch.zeros(num_hops + 1, dtype=torch.long)
     ptr[1:] = torch.cumsum(counts, 0)
@@ -413,14 +416,15 @@ def build_halo_distributed(edge_index: torch.Tensor, sizes: Sequence[int], halo_
     def owner_of(g):
         return torch.searchsorted(offsets, g, right=True) - 1
 
-    # CSR of local edges by target, to answer other ranks' requests for in-edges (k > 1).
-    order = torch.argsort(dst - lo, stable=True)
-    csr_dst, csr_src, csr_eid = dst[order], src[order], eids[order]
-    rowptr = torch.zeros(hi - lo + 1, dtype=torch.long)
-    rowptr[1:] = torch.cumsum(torch.bincount(dst - lo, minlength=hi - lo), 0)
+    if halo_hops > 1:  # CSR of local edges by target, to answer other ranks' requests for in-edges
+        order = torch.argsort(dst - lo, stable=True)
+        csr_dst, csr_src, csr_eid = dst[order], src[order], eids[order]
+        rowptr = torch.zeros(hi - lo + 1, dtype=torch.long)
+        rowptr[1:] = torch.cumsum(torch.bincount(dst - lo, minlength=hi - lo), 0)
+        del order
 
     known = torch.arange(lo, hi, dtype=torch.long)  # sorted
-    e_src, e_dst, e_id, e_hop = [src], [dst], [eids], [torch.zeros(src.numel(), dtype=torch.long)]
+    e_src, e_dst, e_id, e_hop = [src], [dst], [eids], [torch.zeros(1, dtype=torch.long).expand(src.numel())]
     rings: List[torch.Tensor] = []
     new = torch.unique(src[(src < lo) | (src >= hi)])
     rings.append(new)
@@ -450,4 +454,9 @@ def build_halo_distributed(edge_index: torch.Tensor, sizes: Sequence[int], halo_
         known = torch.unique(torch.cat([known, new]))
     return order_layout(
         torch.arange(lo, hi, dtype=torch.long), rings, owner_of, lambda g: g - offsets[owner_of(g)],
-        torch.cat(e_src), torch.cat(e_dst), torch.cat(e_id), torch.cat(e_hop), halo_hops)
+        _cat(e_src), _cat(e_dst), _cat(e_id), _cat(e_hop), halo_hops)
+
+
+def _cat(parts: List[torch.Tensor]) -> torch.Tensor:
+    """``torch.cat(parts)``, without a copy of a single part."""
+    return parts[0] if len(parts) == 1 else torch.cat(parts)

@@ -192,6 +192,58 @@ def _coordinate_keys(points: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(points + 0.0, dtype=np.float64).view(np.int64).reshape(len(points), -1)
 
 
+def _owner_edges(cells, top: int, node_u: np.ndarray, inv: np.ndarray, offsets: np.ndarray, world: int,
+                 group) -> torch.Tensor:
+    """This rank's in-edges: every element edge of the cells read here, sent to the owner of its
+    target, each edge once (collective).
+
+    Args:
+        cells: cell type -> ``[m, k]`` point rows of the pieces read here.
+        top: the topological dimension whose cells give the edges.
+        node_u / inv: node id of every distinct point read here / distinct point of every point.
+        offsets: ``[W + 1]`` node id offsets of the ranks.
+
+    Returns:
+        ``LongTensor [2, E_r]`` (source, target) sorted by (target, source); targets owned here.
+    """
+    n = np.int64(max(int(offsets[-1]), 1))
+    blocks = [(node_u[inv[c]], _local_edges(t, c)) for t, c in cells.items()
+              if len(c) and topological_dim(t) == top]
+    ek = _edge_keys(blocks, n) if blocks else np.zeros(0, np.int64)
+    del blocks
+    ek = _sorted_unique(ek[ek >= 0])
+    # ids fit 32 bits on any mesh below 2**31 nodes: the pairs travel at half the bytes
+    idt = np.int32 if int(offsets[-1]) < 2**31 else np.int64
+    m = len(ek)
+    pairs = np.empty((2 * m, 2), dtype=idt)  # (source, target): both directions
+    lo, hi = np.divmod(ek, n)
+    del ek
+    pairs[:m, 0], pairs[:m, 1], pairs[m:, 0], pairs[m:, 1] = lo, hi, hi, lo
+    del lo, hi
+    dest = np.searchsorted(offsets, pairs[:, 1], side="right") - 1
+    got, _, _ = _send(pairs, dest, world, group)
+    del pairs, dest
+    key = got[:, 1].astype(np.int64)
+    key *= n
+    key += got[:, 0]
+    del got
+    key = _sorted_unique(key)  # each edge once, by (target, source)
+    ei = np.empty((2, len(key)), dtype=np.int64)
+    np.divmod(key, n, out=(ei[1], ei[0]))
+    return torch.from_numpy(ei)
+
+
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` sorting ``a`` (a temporary) in place."""
+    a.sort()
+    if len(a) < 2:
+        return a
+    keep = np.empty(len(a), dtype=bool)
+    keep[0] = True
+    np.not_equal(a[1:], a[:-1], out=keep[1:])
+    return a[keep]
+
+
 def read_pieces_distributed(path: PathLike, *, method: str = "kdtree", halo_hops: int = 1, group=None,
                             warn: bool = True) -> PieceGraph:
     """Read a ``.pvtu`` / ``.pvtp`` piece-wise and build this rank's :class:`~meshshard.graph.ShardedGraph` (collective).
@@ -229,6 +281,7 @@ def read_pieces_distributed(path: PathLike, *, method: str = "kdtree", halo_hops
     # what every rank must agree on: the key, the fields, the cells' dimension, planarity
     cells = ps.cells()
     dims = [topological_dim(t) for t in cells]
+    del cells  # grouped again for the edges (step 4): not held through the numbering and the partition
     flags = msd.all_gather_sizes([int(ps.global_ids is not None), max(dims, default=-1),
                                   int(bool(ps.points[:, 2].any()))], group).numpy()
     use_ids = bool(flags[:, 0].all())
@@ -266,7 +319,8 @@ def read_pieces_distributed(path: PathLike, *, method: str = "kdtree", halo_hops
     number = base[holder] + before[holder] + rank_in
     answer = np.stack([number[o_inv], (source == holder[o_inv]).astype(np.int64)], axis=1)
     back = _reply(answer, recv, order, world, group)
-    gid_u, held = back[:, 0], back[:, 1].astype(bool)
+    gid_u, held = back[:, 0].copy(), back[:, 1].astype(bool)
+    del got, o_first, o_inv, source, holder, answer, back, number, rank_in, by_holder, ukeys
 
     # 2. the holders' slices, partitioned; fields travel with their points
     rows = first[held][np.argsort(gid_u[held])]
@@ -278,6 +332,7 @@ def read_pieces_distributed(path: PathLike, *, method: str = "kdtree", halo_hops
                              axis=1)
     dest = part.assignment.numpy() * world // part.num_parts
     delivered, _, _ = _send(payload, dest, world, group)
+    del payload, dest
     delivered = delivered[np.argsort(delivered[:, 0], kind="stable")]
     if not np.array_equal(delivered[:, 0], part.global_ids.numpy()):
         raise RuntimeError(f"rank {rank}: the fields did not arrive with their points (internal error)")
@@ -292,23 +347,16 @@ def read_pieces_distributed(path: PathLike, *, method: str = "kdtree", halo_hops
     told, _, _ = _send(np.stack([delivered[:, 0], node], axis=1), src_holder, world, group)
     table = np.empty(int(base[rank + 1] - base[rank]), dtype=np.int64)
     table[told[:, 0] - base[rank]] = told[:, 1]
+    owned_keys = delivered[:, 1:1 + kw].copy()
+    del told, delivered
     node_u = _lookup(gid_u, base, table, world, group)
+    del table, keys, first, rows, held
 
     # 4. edges of the cells of the top dimension, each sent to the owner of its target
-    n = np.int64(max(int(offsets[-1]), 1))
-    blocks = [(node_u[inv[c]], _local_edges(t, c)) for t, c in cells.items()
-              if len(c) and topological_dim(t) == top]
-    ek = _edge_keys(blocks, n) if blocks else np.zeros(0, np.int64)
-    ek = np.unique(ek[ek >= 0])
-    lo, hi = np.divmod(ek, n)
-    pairs = np.concatenate([np.stack([lo, hi], 1), np.stack([hi, lo], 1)])  # (source, target)
-    got_e, _, _ = _send(pairs, np.searchsorted(offsets, pairs[:, 1], side="right") - 1, world, group)
-    ekey = np.unique(got_e[:, 1] * n + got_e[:, 0])  # each edge once, by (target, source)
-    tgt, src = np.divmod(ekey, n)
-    ei = torch.from_numpy(np.stack([src, tgt]))
+    ei = _owner_edges(ps.cells(), top, node_u, inv, offsets, world, group)
     graph = ShardedGraph.from_global_edges(ei, sizes, group=group, halo_hops=halo_hops)
     return PieceGraph(graph=graph, points=part.points.to(torch.float64), point_data=owned_fields,
-                      keys=delivered[:, 1:1 + kw].copy(), key_kind="ids" if use_ids else "coordinates", local=ps,
+                      keys=owned_keys, key_kind="ids" if use_ids else "coordinates", local=ps,
                       local_ids=torch.from_numpy(node_u[inv]), point_ids=gid_u[inv], num_nodes=int(offsets[-1]),
                       source=path)
 
