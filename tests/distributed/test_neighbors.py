@@ -37,3 +37,30 @@ def _check(rank, world):
 @pytest.mark.timeout(120)
 def test_fetch_ranges_rows_and_gradients():
     assert run_distributed(_check, 3, timeout=100) == [True] * 3
+
+
+def _second_order(rank, world):
+    """The backward is itself differentiable (the two maps are each other's adjoint): the gradient of
+    a function of the first gradient equals the one computed on the whole tensor in one process."""
+    from meshshard.distributed.neighbors import fetch_ranges
+
+    g = torch.Generator().manual_seed(3)
+    full = torch.randn(1, 7, 2, dtype=torch.float64, generator=g)
+    weights = [torch.randn(1, sum(b - a for a, b in rs), 2, dtype=torch.float64, generator=g) for rs in RANGES]
+    # one process: f = sum_q sum(w_q * rows_q(x)^2); grad f = sum_q scatter(2 w_q rows_q(x)); then h = sum(grad f ^ 2)
+    x = full.clone().requires_grad_()
+    f = sum((w * torch.cat([x[:, a:b] for a, b in rs], 1) ** 2).sum() for w, rs in zip(weights, RANGES))
+    (gx,) = torch.autograd.grad(f, x, create_graph=True)
+    (want,) = torch.autograd.grad((gx ** 2).sum(), x)
+    off = sum(SIZES[:rank])
+    local = full[:, off:off + SIZES[rank]].clone().requires_grad_()
+    f_local = (weights[rank] * fetch_ranges(local, SIZES, RANGES, dim=1) ** 2).sum()
+    (gl,) = torch.autograd.grad(f_local, local, create_graph=True)  # this rank's rows of grad f (summed by backward)
+    (got,) = torch.autograd.grad((gl ** 2).sum(), local)
+    assert torch.allclose(got, want[:, off:off + SIZES[rank]], rtol=0, atol=1e-12), (rank, got, want)
+    return True
+
+
+@pytest.mark.timeout(120)
+def test_fetch_ranges_second_derivatives():
+    assert run_distributed(_second_order, 3, timeout=100) == [True] * 3

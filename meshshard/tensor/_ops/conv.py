@@ -78,10 +78,21 @@ class _ConvOnFetchedRows(torch.autograd.Function):
             gb = torch.zeros_like(bias) if need_b else None
         else:
             nd = weight.dim() - 2
-            gx, gw, gb = torch.ops.aten.convolution_backward(
-                grad.contiguous(), window.detach(), weight, [bias.shape[0]] if bias is not None else None,
-                list(ctx.stride), [0] * nd, list(ctx.dilation), False, [0] * nd, ctx.groups,
-                [need_x, need_w, need_b])
+            args = ([bias.shape[0]] if bias is not None else None, list(ctx.stride), [0] * nd, list(ctx.dilation),
+                    False, [0] * nd, ctx.groups)
+            grad = grad.contiguous()
+            gw = gb = None
+            if need_w or need_b:  # the only step that reads the window's values
+                _, gw, gb = torch.ops.aten.convolution_backward(grad, window.detach(), weight, *args,
+                                                                [False, need_w, need_b])
+            gx = None
+            if need_x:
+                shape = window.shape
+                if window.untyped_storage().data_ptr() != local.untyped_storage().data_ptr():
+                    # the graph behind ``window`` (pad, exchange) needs its shape only: free its rows now
+                    window.untyped_storage().resize_(0)
+                gx = torch.ops.aten.convolution_backward(grad, weight.new_empty(()).expand(shape), weight, *args,
+                                                         [True, False, False])[0]
         grad_local = torch.autograd.grad(window, src, gx)[0] if need_x else None
         ctx.fetch_rows = None  # its closure holds the input's rows: let them go with the graph's other tensors
         return grad_local, gw, gb, None, None, None, None, None, None, None
