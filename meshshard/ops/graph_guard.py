@@ -191,8 +191,10 @@ class GraphGuard(TorchFunctionMode):
 
     def _global(self, func_name: str, what: str):
         self.refuse(f"{what} ({func_name}) runs over the nodes (or edges) of the whole graph, and a rank holds "
-                    "only its part", "Keep such ops outside the wrapped model, on the gathered output "
-                    "(ShardedGraph.all_gather / gather), or use a per-node alternative")
+                    "only its part", "Wrap the graph layers and the whole-graph part separately: "
+                    "h = DomainParallel(gnn)(x, g) is a ShardTensor of the owned rows, and DomainParallel(rest)(h) "
+                    "runs means, softmaxes and attention over all nodes exactly (every gradient summed once); or "
+                    "keep such ops outside the model, on the gathered output (ShardedGraph.all_gather)")
 
     # ------------------------------------------------------------------ the mode
     def __torch_function__(self, func, types, args=(), kwargs=None):
