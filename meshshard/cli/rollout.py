@@ -5,16 +5,20 @@ The model of a simulator checkpoint (``examples/train_simulator.py --save``) sta
 last step); after each step the nodes whose type does not evolve take their values from the truth
 (Dirichlet boundaries, as Pfaff et al. do). Written to ``OUT/``:
 
-- ``<name>.pvd``: a ParaView collection of ``<name>/<name>_XXXX.vtu``, one file per step from the
-  start, each with the step's true fields, ``<field>_pred`` and ``<field>_error`` (prediction minus
-  truth) for every state field;
+- ``<name>.pvd``: a ParaView collection of one file per step from the start, each with the step's
+  true fields, ``<field>_pred`` and ``<field>_error`` (prediction minus truth) for every state
+  field: ``<name>/<name>_XXXX.vtu`` on one process; under torchrun ``<name>/<name>_XXXX.pvtu``, whose
+  pieces ``<name>/<name>_XXXX/<name>_XXXX_RRRR.vtu`` are written by each rank RRRR (see
+  :mod:`meshshard.cli._rollout_pieces`);
 - ``<name>_rollout_error.png``: the RMSE of every state field against the step.
 
 The RMSE per step (over every node and column of the field) is printed. On one process the model
 runs on the whole mesh. Under torchrun every rank reads the trajectory and builds the same
 partition; the state stays sharded for the whole rollout (each rank keeps its owned rows, and per
-step only the halo rows move, inside the model); rank 0 gathers each step's state for the files.
-Sharded and single-process rollouts are equal (float64 to 1e-10).
+step only the halo rows move, inside the model) and through the output: each rank writes the
+piece of the cells it holds, fetching the few predicted rows of their points owned elsewhere, and
+the RMSE is summed over the ranks; no rank gathers the state. Sharded and single-process rollouts
+are equal (float64 to 1e-10), and so are their files read back merged (:func:`meshshard.io.read_trajectory`).
 """
 from __future__ import annotations
 
@@ -168,6 +172,24 @@ def _write(out_dir: Path, name: str, traj, start: int, states: torch.Tensor, tru
     return {"pvd": pvd, "png": png, "rmse": rmse}
 
 
+def _write_pieces(out_dir: Path, name: str, d: dict, part, graph, start: int, kept: List[torch.Tensor], group,
+                  progress: bool) -> Dict[str, object]:
+    """Every rank: its piece of every step; rank 0 the masters, the collection and the plot (collective)."""
+    from meshshard.cli._rollout_pieces import RolloutPieces, write_rollout_pieces
+    from meshshard.distributed import get_rank
+
+    traj, truth_all = d["traj"], d["state"]
+    row = torch.empty_like(part.perm)
+    row[part.perm] = torch.arange(part.perm.numel())  # each node's row in ShardTensor order
+    pieces = RolloutPieces(traj.points, traj.cells, part.assignment.numpy(), row.numpy(), graph.sizes,
+                           get_rank(group), group)
+    owned = graph.owned_ids.cpu()
+    return write_rollout_pieces(out_dir, name, pieces, lambda k: traj.step(start + k).point_data,
+                                traj.times[start:start + len(kept)], kept, truth_all[start:start + len(kept)][:, owned],
+                                lambda k: truth_all[start + k], d["keys"], start, traj.num_nodes, group=group,
+                                progress=progress)
+
+
 def rollout(checkpoint, trajectory, out, *, steps: Optional[int] = None, start: int = 0, index: int = 0,
             split: str = "train", method: str = "kdtree", seed: int = 0, dtype: Optional[str] = None, device=None,
             group=None, progress: bool = True, echo=print) -> dict:
@@ -191,8 +213,10 @@ def rollout(checkpoint, trajectory, out, *, steps: Optional[int] = None, start: 
         echo: where rank 0 prints its lines.
 
     Returns:
-        On rank 0 ``{"pvd", "png", "rmse": {field: [steps + 1]}, "states": [steps + 1, N, S] float64}``
-        (the predicted states from the start, in original node order); ``{}`` on other ranks.
+        On every rank ``{"pvd", "png", "rmse": {field: [steps + 1]}, "states": [steps + 1, n, S] float64,
+        "node_ids": LongTensor [n]}``: the predicted states from the start of this rank's ``n`` owned
+        nodes, which are the trajectory's nodes ``node_ids`` (every node, in order, on one process);
+        the files are written by rank 0 and, piece by piece, by every rank.
     """
     from tqdm import tqdm
 
@@ -213,7 +237,7 @@ def rollout(checkpoint, trajectory, out, *, steps: Optional[int] = None, start: 
     run_dtype = getattr(torch, dtype) if dtype else d["info"].dtype
     net = d["net"].to(device=device, dtype=run_dtype)
     truth_all = d["state"]  # [T, N, S] float64, every rank (the boundary values and the error)
-    graph, rows = None, slice(None)
+    graph, part, rows = None, None, slice(None)
     if world > 1:
         part = run_together(lambda: partition(traj.points, world, method=method, edge_index=d["edge_index"],
                                               seed=seed, refine=False), f"rollout: partitioning {trajectory}", group)
@@ -232,12 +256,10 @@ def rollout(checkpoint, trajectory, out, *, steps: Optional[int] = None, start: 
              f"(step {d['info'].step}): {spec.state} from step {start} of {traj.name} ({traj.num_nodes} nodes), "
              f"{n_steps} steps on {world} rank(s), {str(run_dtype)[6:]}, {device}; evolving node types "
              f"{spec.evolving_types or 'all'}")
-    gathered = []
+    kept = []  # the owned rows of every step (every row on one process): nothing is gathered
 
     def keep(x: torch.Tensor) -> None:
-        full = x if graph is None else graph.gather(x, dst=0)
-        if rank == 0:
-            gathered.append(full.detach().to("cpu", torch.float64))
+        kept.append(x.detach().to("cpu", torch.float64))
 
     keep(state0)
     bar = tqdm(total=n_steps, desc="rollout", unit="step", disable=not progress or rank != 0, file=sys.stderr)
@@ -254,14 +276,18 @@ def rollout(checkpoint, trajectory, out, *, steps: Optional[int] = None, start: 
                    n_steps, edge_index=ei, graph=graph, on_step=on_step)
     bar.close()
     seconds = time.perf_counter() - t0
-    states = torch.stack(gathered) if rank == 0 else None
-    res = run_together(lambda: _write(out_dir, name, traj, start, states, truth_all[start:start + n_steps + 1],
-                                      d["keys"], progress) if rank == 0 else None,
-                       f"rollout: writing {out_dir / name}.pvd", group)
-    if rank != 0:
-        return {}
-    for k in range(n_steps + 1):
-        echo(f"step {start + k}: RMSE " + ", ".join(f"{key} {res['rmse'][key][k]:.6g}" for key in res["rmse"]))
-    echo(f"wrote {res['pvd']} ({n_steps + 1} step files) and {res['png']}; {n_steps} steps in {seconds:.2f} s on "
-         f"{world} rank(s)")
-    return dict(res, states=states)
+    states = torch.stack(kept)
+    window = slice(start, start + n_steps + 1)
+    if graph is None:
+        res = _write(out_dir, name, traj, start, states, truth_all[window], d["keys"], progress)
+        node_ids = torch.arange(traj.num_nodes)
+    else:
+        res = _write_pieces(out_dir, name, d, part, graph, start, kept, group, progress)
+        node_ids = graph.owned_ids.cpu()
+    if rank == 0:
+        for k in range(n_steps + 1):
+            echo(f"step {start + k}: RMSE " + ", ".join(f"{key} {res['rmse'][key][k]:.6g}" for key in res["rmse"]))
+        what = "step files" if graph is None else f"steps of {world} pieces"
+        echo(f"wrote {res['pvd']} ({n_steps + 1} {what}) and {res['png']}; {n_steps} steps in {seconds:.2f} s on "
+             f"{world} rank(s)")
+    return dict(res, states=states, node_ids=node_ids)
