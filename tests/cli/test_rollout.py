@@ -130,6 +130,11 @@ def test_command_under_a_process_group_writes_pieces(case, world, capsys):
     assert run_distributed(_cli, world, args=(case["ckpt"], case["pvd"], out), timeout=280) == [0] * world
     assert_same_files(out / "heat.pvd", one / "heat.pvd")
     assert ms.read_trajectory(out / "heat.pvd").num_steps == 21
+    from meshshard.io.pvtu_meshio import read_pvtu_meshio
+
+    last, merged = ms.read_mesh(out / "heat" / "heat_0020.pvtu"), read_pvtu_meshio(out / "heat" / "heat_0020.pvtu")
+    np.testing.assert_array_equal(merged.points, last.points)  # readable without the vtk package too
+    np.testing.assert_array_equal(merged.point_data["temperature_pred"], last.point_data["temperature_pred"])
     gif = out / "rollout.gif"
     capsys.readouterr()
     assert main(["plot", str(out / "heat.pvd"), "--compare", "temperature", "--animate", "-o", str(gif), "--dpi", "30",
