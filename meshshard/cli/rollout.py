@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional
 
+import numpy as np
 import torch
 
 from meshshard.cli._mesh_cmd import torchrun_device
@@ -181,13 +182,15 @@ def _write_pieces(out_dir: Path, name: str, d: dict, part, graph, start: int, ke
     traj, truth_all = d["traj"], d["state"]
     row = torch.empty_like(part.perm)
     row[part.perm] = torch.arange(part.perm.numel())  # each node's row in ShardTensor order
-    pieces = RolloutPieces(traj.points, traj.cells, part.assignment.numpy(), row.numpy(), graph.sizes,
-                           get_rank(group), group)
+    rank = get_rank(group)
+    pieces = RolloutPieces.from_partition(traj.points, traj.cells, part.assignment.numpy(), row.numpy(), graph.sizes,
+                                          rank, group)
     owned = graph.owned_ids.cpu()
-    return write_rollout_pieces(out_dir, name, pieces, lambda k: traj.step(start + k).point_data,
+    return write_rollout_pieces(out_dir, name, pieces,
+                                lambda k: {f: np.asarray(v)[pieces.global_ids]
+                                           for f, v in traj.step(start + k).point_data.items()},
                                 traj.times[start:start + len(kept)], kept, truth_all[start:start + len(kept)][:, owned],
-                                lambda k: truth_all[start + k], d["keys"], start, traj.num_nodes, group=group,
-                                progress=progress)
+                                d["keys"], start, traj.num_nodes, group=group, progress=progress)
 
 
 def rollout(checkpoint, trajectory, out, *, steps: Optional[int] = None, start: int = 0, index: int = 0,
