@@ -94,7 +94,7 @@ def read_owned_trajectory(path: Path, entries: List[Tuple[float, Path]], method:
     shapes = {k: first.point_data[k].shape[1:] for k in names}
     dtypes = {k: first.point_data[k].dtype for k in names}
     push = RowPush(pg.local_ids, pg.graph.sizes, group)
-    n_local, n_owned = first.num_points, int(pg.points.shape[0])
+    n_local = first.num_points
     piece_fields: List[Dict[str, np.ndarray]] = []
     owned: List[np.ndarray] = []
     for i, (_, step) in enumerate(entries):
