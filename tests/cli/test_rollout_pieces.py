@@ -13,8 +13,6 @@ from tests.cli.test_rollout import assert_same_files
 from tests.datasets._diffusion_case import trained_checkpoint, write_diffusion_pvd
 from tests.io._piece_files import write_split
 
-pytest.importorskip("vtk")  # the pieces are read one by one through the vtk package
-
 QUIET = dict(progress=False, echo=lambda *a: None)
 
 
