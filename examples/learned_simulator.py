@@ -86,7 +86,7 @@ def _train_rank(rank, world, argv):
 
 
 def _rollout_rank(rank, world, checkpoint, trajectory, out):
-    """One rollout rank: the sharded rollout of ``meshshard rollout`` (rank 0 writes the files)."""
+    """One rollout rank: the sharded rollout of ``meshshard rollout`` (each rank writes its pieces of the steps)."""
     from meshshard.cli.rollout import rollout
 
     res = rollout(checkpoint, trajectory, out, progress=False, echo=lambda line: None)

@@ -188,6 +188,12 @@ def _read_vertices(path: Path, file_format: Optional[str], time: Optional[float]
     if path.is_dir() and not is_openfoam_case(path):
         raise ValueError(f"{path} is a directory, not a mesh file (nor an OpenFOAM case: no system/controlDict)")
     suffix = path.suffix.lower()
+    from meshshard._optional import has_module
+
+    if file_format is None and suffix == ".pvtu" and not has_module("vtk"):  # its .vtu pieces through meshio
+        from meshshard.io.pvtu_meshio import read_pvtu_meshio
+
+        return read_pvtu_meshio(path)
     if file_format is None and (suffix in VTK_SUFFIXES or path.is_dir()):
         return read_vtk(path, time=time)
     if file_format is None and suffix in (".npz", ".npy"):

@@ -36,7 +36,7 @@ from meshshard.io.cell_edges import _edge_keys, _local_edges, topological_dim
 from meshshard.io.pieces import PieceSet, piece_sources, pieces_of_rank, read_pieces
 from meshshard.ops.partition import partition_distributed
 
-__all__ = ["PieceGraph", "read_pieces_distributed", "RowFetch"]
+__all__ = ["PieceGraph", "read_pieces_distributed", "RowFetch", "RowPush"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -402,3 +402,58 @@ class RowFetch:
         full = torch.empty_like(out)
         full[torch.from_numpy(self.order).to(out.device)] = out
         return full.index_select(0, torch.from_numpy(self.inv.reshape(-1)).to(out.device))
+
+
+class RowPush:
+    """Rows held where nodes were read, sent to the nodes' owners (collective): the reverse of :class:`RowFetch`.
+
+    A rank holds rows for node ids ``ids`` (repeats allowed: a point on a piece border is read by
+    every piece that holds it, on one rank or several); each owned node takes the row of the lowest
+    rank holding it (the first such row there). Built once per set of ids (an all-to-all of the
+    ids), then :meth:`__call__` moves only one row per node and holder (one ``all_to_all_single``):
+    how the fields of a later time step, read piece by piece like the first, reach the owners.
+
+    Args:
+        ids: ``LongTensor [m]`` node ids (ShardTensor order) of the rows this rank holds.
+        sizes: owned node count of every rank.
+        group: process group.
+
+    Raises:
+        ValueError: an id outside the nodes; an owned node that no rank holds (on every rank).
+    """
+
+    def __init__(self, ids: torch.Tensor, sizes: Sequence[int], group=None) -> None:
+        self.group = group
+        world, rank = msd.get_world_size(group), msd.get_rank(group)
+        offsets = np.concatenate([[0], np.cumsum([int(s) for s in sizes])]).astype(np.int64)
+        ids = np.asarray(ids.cpu() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64).reshape(-1)
+        if ids.size and (ids.min() < 0 or ids.max() >= offsets[-1]):
+            raise ValueError(f"ids must lie in [0, {int(offsets[-1])}), got [{int(ids.min())}, {int(ids.max())}]")
+        uniq, first = np.unique(ids, return_index=True)
+        dest = np.searchsorted(offsets, uniq, side="right") - 1
+        got, self.recv, order = _send(uniq[:, None], dest, world, group)
+        self.rows = torch.from_numpy(first[order])  # the rows to send, in send order
+        self.send = np.bincount(dest, minlength=world).astype(np.int64)
+        have, take = np.unique(got[:, 0] - offsets[rank], return_index=True)  # rows come in source-rank order
+        missing = int(sizes[rank]) - len(have)
+
+        def check():
+            if missing:
+                raise ValueError(f"rank {rank}: {missing} of its {int(sizes[rank])} owned nodes are held by no rank")
+
+        msd.run_together(check, "sending rows to their owners", group)
+        self.take = torch.from_numpy(take)
+
+    def __call__(self, x_held: torch.Tensor) -> torch.Tensor:
+        """The owned nodes' rows.
+
+        Args:
+            x_held: ``[m, *]`` a row per id given at construction.
+
+        Returns:
+            ``[n_owned, *]`` on ``x_held``'s device, in owned-row order.
+        """
+        out = msd.all_to_all_single(x_held.index_select(0, self.rows.to(x_held.device)),
+                                    output_split_sizes=self.recv.tolist(), input_split_sizes=self.send.tolist(),
+                                    group=self.group)
+        return out.index_select(0, self.take.to(out.device))

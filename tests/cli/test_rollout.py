@@ -1,6 +1,7 @@
 """`meshshard rollout`: the files it writes (a .pvd of step files with <field>_pred and
 <field>_error, the error plot), Dirichlet boundaries from the truth, the RMSE it prints, rollouts at
-2, 3 and 4 ranks equal to one process over 50 steps (float64, 1e-10), and bad inputs."""
+2, 3 and 4 ranks equal to one process over 50 steps (float64, 1e-10), their .pvtu steps written piece
+by piece (one .vtu per rank) equal to the one-process files when read back merged, and bad inputs."""
 import numpy as np
 import pytest
 import torch
@@ -48,38 +49,97 @@ def _rollouts(rank, world, ckpt, pvd, out):
     """Rollouts on the first 2, 3 and 4 ranks (one spawned group of 4, sub-groups)."""
     from meshshard.distributed import new_group
 
-    states = {}
+    got = {}
     for size in (2, 3, 4):
         group = new_group(list(range(size)))  # every rank takes part in making it
         if rank < size:
             res = rollout(ckpt, pvd, out / f"r{size}", start=4, steps=50, method="kdtree", group=group, **QUIET)
-            states[size] = res.get("states")
-    return states
+            got[size] = (res["states"], res["node_ids"], res["rmse"])
+    return got
 
 
-@pytest.mark.timeout(300)
+def _by_coordinates(traj):
+    """The node order that sorts a trajectory's points (pieces read back merged number them otherwise)."""
+    return np.lexsort(traj.points.T[::-1])
+
+
+def assert_same_files(pvd, ref_pvd):
+    """A rollout's files read back merged equal the one-process files: the same nodes (matched by their
+    coordinates), cells and times, and every field to float64 1e-10."""
+    got, ref = ms.read_trajectory(pvd), ms.read_trajectory(ref_pvd)
+    assert got.num_steps == ref.num_steps and np.array_equal(got.times, ref.times)
+    g, r = _by_coordinates(got), _by_coordinates(ref)
+    np.testing.assert_array_equal(got.points[g], ref.points[r])
+    assert sorted(got.fields) == sorted(ref.fields) and sorted(got.static) == sorted(ref.static)
+    for name, values in ref.fields.items():
+        np.testing.assert_allclose(got.fields[name][:, g], values[:, r], rtol=0,
+                                   atol=1e-10 * max(np.abs(values).max(), 1.0), err_msg=name)
+    for name, values in ref.static.items():
+        np.testing.assert_array_equal(got.static[name][g], values[r], err_msg=name)
+    to_ref = np.empty(len(g), dtype=np.int64)
+    to_ref[g] = r  # a merged node's index in the reference
+    assert sorted(got.cells) == sorted(ref.cells)
+    for t, cells in ref.cells.items():
+        mapped = np.sort(to_ref[got.cells[t]], axis=1)
+        assert sorted(map(tuple, mapped)) == sorted(map(tuple, np.sort(cells, axis=1))), t
+
+
+@pytest.mark.timeout(400)
 def test_sharded_rollouts_equal_one_process_over_50_steps(case):
-    one = rollout(case["ckpt"], case["pvd"], case["tmp"] / "ref", start=4, steps=50, **QUIET)["states"]
+    """The states stay on their ranks (each returns its owned rows) and every rank writes its piece of
+    every step: the .pvtu steps read back merged equal the one-process files."""
+    ref = rollout(case["ckpt"], case["pvd"], case["tmp"] / "ref", start=4, steps=50, **QUIET)
+    one = ref["states"]
     assert one.shape == (51, 72, 1) and torch.isfinite(one).all()
-    results = run_distributed(_rollouts, 4, args=(case["ckpt"], case["pvd"], case["tmp"]), timeout=280)
+    assert torch.equal(ref["node_ids"], torch.arange(72))
+    results = run_distributed(_rollouts, 4, args=(case["ckpt"], case["pvd"], case["tmp"]), timeout=380)
     for size in (2, 3, 4):
-        assert all(results[r][size] is None for r in range(1, size))  # rank 0 gathers
-        diff = (results[0][size] - one).abs().max().item()
-        assert diff <= 1e-10 * one.abs().max().item(), (size, diff)
-    written = ms.read_trajectory(case["tmp"] / "r3" / "heat.pvd")
-    np.testing.assert_array_equal(written.fields["temperature_pred"], results[0][3].numpy())
+        ids = torch.cat([results[r][size][1] for r in range(size)])
+        assert sorted(ids.tolist()) == list(range(72))  # the ranks own every node once
+        for r in range(size):
+            states, owned, rmse = results[r][size]
+            assert 0 < len(owned) < 72 and states.shape == (51, len(owned), 1)
+            diff = (states - one[:, owned]).abs().max().item()
+            assert diff <= 1e-10 * one.abs().max().item(), (size, r, diff)
+            np.testing.assert_allclose(rmse["temperature"], ref["rmse"]["temperature"], rtol=1e-10, atol=1e-14)
+        out = case["tmp"] / f"r{size}"
+        assert_same_files(out / "heat.pvd", case["tmp"] / "ref" / "heat.pvd")
+        frames = out / "heat"
+        assert sorted(p.name for p in frames.glob("*.pvtu")) == [f"heat_{k:04d}.pvtu" for k in range(51)]
+        pieces = sorted(p.name for p in (frames / "heat_0050").iterdir())
+        assert pieces == [f"heat_0050_{r:04d}.vtu" for r in range(size)]
+        for piece in pieces:  # no rank wrote the whole mesh
+            assert ms.read_mesh(frames / "heat_0050" / piece).num_nodes < 72
+        assert (out / "heat_rollout_error.png").stat().st_size > 1000
 
 
 def _cli(rank, world, ckpt, pvd, out):
-    return main(["rollout", "--checkpoint", str(ckpt), str(pvd), "-o", str(out), "--steps", "3", "-q"])
+    return main(["rollout", "--checkpoint", str(ckpt), str(pvd), "-o", str(out), "--steps", "20", "-q"])
 
 
-@pytest.mark.timeout(200)
-def test_command_under_a_process_group(case):
-    """The command as torchrun starts it (every rank runs it; rank 0 writes)."""
-    assert run_distributed(_cli, 2, args=(case["ckpt"], case["pvd"], case["tmp"] / "cli2"), timeout=180) == [0, 0]
-    got = ms.read_trajectory(case["tmp"] / "cli2" / "heat.pvd")
-    assert got.num_steps == 4 and "temperature_pred" in got.fields
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("world", [2, 3])
+def test_command_under_a_process_group_writes_pieces(case, world, capsys):
+    """The command as torchrun starts it (every rank runs it and writes its pieces): the collection read
+    back merged equals one process over 20 steps, and `meshshard plot --animate` draws it."""
+    one = case["tmp"] / "cli1"
+    if not (one / "heat.pvd").is_file():
+        assert main(["rollout", "--checkpoint", str(case["ckpt"]), str(case["pvd"]), "-o", str(one), "--steps", "20",
+                     "-q"]) == 0
+    out = case["tmp"] / f"cli{world}"
+    assert run_distributed(_cli, world, args=(case["ckpt"], case["pvd"], out), timeout=280) == [0] * world
+    assert_same_files(out / "heat.pvd", one / "heat.pvd")
+    assert ms.read_trajectory(out / "heat.pvd").num_steps == 21
+    from meshshard.io.pvtu_meshio import read_pvtu_meshio
+
+    last, merged = ms.read_mesh(out / "heat" / "heat_0020.pvtu"), read_pvtu_meshio(out / "heat" / "heat_0020.pvtu")
+    np.testing.assert_array_equal(merged.points, last.points)  # readable without the vtk package too
+    np.testing.assert_array_equal(merged.point_data["temperature_pred"], last.point_data["temperature_pred"])
+    gif = out / "rollout.gif"
+    capsys.readouterr()
+    assert main(["plot", str(out / "heat.pvd"), "--compare", "temperature", "--animate", "-o", str(gif), "--dpi", "30",
+                 "-q"]) == 0, capsys.readouterr()
+    assert gif.stat().st_size > 1000
 
 
 def test_bad_inputs(case, tmp_path, data_dir):

@@ -97,3 +97,32 @@ def test_single_process_reads_every_piece(files):
     assert edges_by_coordinates(pg.points.numpy(), pg.graph.global_ids[pg.graph.edge_index]) == \
         edges_by_coordinates(merged.points, merged.edge_index())
     assert torch.equal(pg.graph.global_ids, torch.arange(merged.num_nodes))
+
+
+def _push(rank, world):
+    from meshshard.ops.pieces import RowPush
+
+    sizes = [2, 5, 3]  # uneven: rank r owns ids offsets[r]..offsets[r + 1] - 1
+    held = {0: [7, 0, 7, 3, 9], 1: [1, 2, 3, 4, 5, 6, 1, 8], 2: [9, 0, 2, 4, 6, 8, 7, 5]}[rank]
+    ids = torch.tensor(held)
+    # a row names its id and its holder: the owner keeps the lowest holder's row
+    rows = torch.stack([ids.double(), torch.full((len(held),), float(rank))], dim=1)
+    got = RowPush(ids, sizes, None)(rows)
+    missing = None
+    try:
+        RowPush(torch.tensor([i for i in held if i != 5]), sizes, None)
+    except ValueError as exc:
+        missing = str(exc)
+    return got, missing
+
+
+@pytest.mark.timeout(120)
+def test_row_push_sends_the_lowest_holders_rows_to_the_owners():
+    results = run_distributed(_push, 3, timeout=100)
+    holders = {0: [7, 0, 3, 9], 1: [1, 2, 3, 4, 5, 6, 8], 2: [9, 0, 2, 4, 6, 8, 7, 5]}
+    offsets = [0, 2, 7, 10]
+    for r, (got, missing) in enumerate(results):
+        ids = list(range(offsets[r], offsets[r + 1]))
+        expected = [[i, min(h for h, held in holders.items() if i in held)] for i in ids]
+        assert got.tolist() == expected
+        assert missing and "rank 1: 1 of its 5 owned nodes are held by no rank" in missing  # raised on every rank
