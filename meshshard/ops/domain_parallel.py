@@ -180,7 +180,8 @@ def sharded_forward(module: nn.Module, x, g, args=(), kwargs=None, *, exchange: 
         mode = "once" if fits or not layers else "per_layer"
     n_global_edges = _num_global_edges(g)
     once = mode == "once"
-    guard = GraphGuard(g.halo_hops if once else 1, type(module).__name__, per_layer=not once)
+    guard = GraphGuard(g.halo_hops if once else 1, type(module).__name__, per_layer=not once,
+                       owned=(g.num_owned, list(g.sizes), lambda: _graph_mesh(g)))
     e_used = g.edge_index.shape[1] if once else int(g.edge_hop_ptr[1])
     x_in = guard.tag_node(g.exchange(x), g.halo_hops) if once else guard.tag_node(x.view_as(x), 0)
     ei = guard.tag_index(g.edge_index[:, :e_used])
@@ -520,7 +521,10 @@ class _GradReducer:
 
 
 def _graph_mesh(g):
-    """The 1-D ``DeviceMesh`` over the ranks of ``g.group`` (made once per graph)."""
+    """The 1-D ``DeviceMesh`` over the ranks of ``g.group`` (made once per graph; the default mesh
+    when the graph is on the default group)."""
+    if getattr(g, "group", None) is None:
+        return msd.default_device_mesh()
     mesh = g.cache.get("device_mesh")
     if mesh is None:
         mesh = g.cache["device_mesh"] = msd.DeviceMesh.from_group(g.group, msd.comm_device(g.group).type)

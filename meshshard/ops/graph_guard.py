@@ -117,14 +117,19 @@ class GraphGuard(TorchFunctionMode):
         model: the model's name, for messages.
         per_layer: one exchange per ``MessagePassing`` layer: outside those layers the node
             tensors are owned rows only, so gathers and sums along ``edge_index`` there are refused.
+        owned: ``(num_owned, sizes, mesh_fn)``: with ``per_layer``, an op over the node axis of
+            owned rows outside the layers (a mean over all nodes, a softmax, an attention or a
+            contraction over them: a global token, a Transolver block) runs on ShardTensors of those
+            rows instead of being refused: exact, gradients included.
 
     Use :meth:`tag_node` / :meth:`tag_index` / :meth:`tag_edge` on the inputs, run the model inside
     ``with guard:``, and :meth:`paused` around the wrapper's own ops (exchanges, cuts).
     """
 
-    def __init__(self, rings: int, model: str, per_layer: bool) -> None:
+    def __init__(self, rings: int, model: str, per_layer: bool, owned=None) -> None:
         super().__init__()
         self.rings, self.model, self.per_layer = int(rings), model, per_layer
+        self.owned = owned  # (num_owned, every rank's owned count, a callable giving the graph's 1-D DeviceMesh)
         self.id = next(_IDS)
         self.layers: list = []  # outermost MessagePassing calls running (per-layer mode)
         self._paused = 0
@@ -190,8 +195,10 @@ class GraphGuard(TorchFunctionMode):
         raise GraphGuardError(f"DomainParallel cannot make {self.where()} exact: {what}. {fix}")
 
     def _global(self, func_name: str, what: str):
+        once = "" if self.per_layer else "Pass exchange='per_layer' (such ops then run exactly on the owned rows " \
+            "between the layers), or wrap"
         self.refuse(f"{what} ({func_name}) runs over the nodes (or edges) of the whole graph, and a rank holds "
-                    "only its part", "Wrap the graph layers and the whole-graph part separately: "
+                    "only its part", (once or "Wrap") + " the graph layers and the whole-graph part separately: "
                     "h = DomainParallel(gnn)(x, g) is a ShardTensor of the owned rows, and DomainParallel(rest)(h) "
                     "runs means, softmaxes and attention over all nodes exactly (every gradient summed once); or "
                     "keep such ops outside the model, on the gathered output (ShardedGraph.all_gather)")
@@ -223,10 +230,65 @@ class GraphGuard(TorchFunctionMode):
             return self._scatter(func, name, args, kwargs)
         values = [(t, g) for t, g in tags if g.kind != "index"]
         if values:
-            self._check_global(name, args, kwargs, values)
+            try:
+                self._check_global(name, args, kwargs, values)
+            except GraphGuardError:
+                if not self._can_shard(tags):
+                    raise
+                return self._on_shards(func, args, kwargs, values)
         out = func(*args, **kwargs)
         self._propagate(name, args, out, tags)
         return out
+
+    # ------------------------------------------------------------------ whole-graph ops on ShardTensors
+    def _can_shard(self, tags) -> bool:
+        """An op over the node axis that :meth:`_on_shards` computes exactly: outside the layers in
+        per-layer mode, every tracked input a node tensor of exactly the owned rows."""
+        if self.owned is None or not self.per_layer or self.layers:
+            return False
+        n = self.owned[0]
+        return all(g.kind == "node" and g.n == n and g.v >= 0 for _, g in tags) and n > 0
+
+    def _on_shards(self, func, args, kwargs, values):
+        """Run ``func`` with the node tensors as ShardTensors of the owned rows (sharded along their
+        node axis): the ShardTensor op is the whole-graph op. A sharded result comes back as owned
+        rows; a replicated one (a token, a statistic) as a plain tensor whose gradient is summed
+        over the ranks in backward (each rank's uses give a share)."""
+        from torch.utils import _pytree as pytree
+
+        from meshshard.distributed import Partial, Replicate, Shard, validation
+        from meshshard.tensor import ShardTensor
+
+        n, sizes, mesh_fn = self.owned
+        mesh = mesh_fn()
+        node = {id(t) for t, _ in values}
+
+        def to_shards(t):
+            if not (isinstance(t, torch.Tensor) and id(t) in node):
+                return t
+            axes = [d for d in range(t.dim()) if t.shape[d] == n]
+            if len(axes) != 1:
+                self._global(getattr(func, "__name__", "op"), f"an op over a tensor of shape {tuple(t.shape)} whose "
+                             "node axis is ambiguous")
+            with validation(False):  # the graph's sizes: the same on every rank
+                return ShardTensor.from_local(t, mesh, (Shard(axes[0]),), sharding_shapes=list(sizes))
+
+        def back(o):
+            if not isinstance(o, ShardTensor):
+                return o
+            if all(isinstance(p, Replicate) for p in o.placements):
+                return o.to_local(grad_placements=(Partial(),))
+            local = o.to_local()
+            self._set(local, _Tag(self.id, "node", 0, n))
+            return local
+
+        args2, kwargs2 = pytree.tree_map(to_shards, (args, kwargs))
+        try:
+            out = func(*args2, **kwargs2)
+        except NotImplementedError as e:  # no exact ShardTensor op for it: refused, as before
+            self._global(getattr(func, "__name__", "op"), f"an op over the node axis that ShardTensor does not "
+                         f"compute ({e})")
+        return pytree.tree_map(back, out)
 
     # ------------------------------------------------------------------ rules
     def _check_global(self, name, args, kwargs, values):

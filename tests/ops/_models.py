@@ -305,3 +305,36 @@ class KnnThenSlices(nn.Module):
     def forward(self, p, x, idx):
         x = self.local(p, self.embed(x), idx)
         return self.head(self.glob(x[None])[0])
+
+
+class GnnThenToken(nn.Module):
+    """One model: two GraphSAGE layers, then a global token from the mean over ALL nodes added back
+    to every node (a virtual-node / global-context readout). ``(x [N, F], edge_index) -> [N, out]``."""
+
+    def __init__(self, in_dim, out_dim, hidden=8):
+        super().__init__()
+        from torch_geometric.nn import SAGEConv
+
+        self.conv1, self.conv2 = SAGEConv(in_dim, hidden), SAGEConv(hidden, hidden)
+        self.head = GlobalTokenHead(hidden, out_dim)
+
+    def forward(self, x, edge_index):
+        h = torch.relu(self.conv1(x, edge_index))
+        return self.head(self.conv2(h, edge_index))
+
+
+class GnnThenSlices(nn.Module):
+    """One model: a GraphSAGE layer, then a Transolver block (slice tokens over ALL nodes), then a
+    per-node head. ``(x [N, F], edge_index) -> [N, out]``."""
+
+    def __init__(self, in_dim, out_dim, hidden=8):
+        super().__init__()
+        from torch_geometric.nn import SAGEConv
+
+        self.conv = SAGEConv(in_dim, hidden)
+        self.block = TransolverBlock(hidden, heads=2, dim_head=hidden // 2, slice_num=4)
+        self.head = nn.Linear(hidden, out_dim)
+
+    def forward(self, x, edge_index):
+        h = torch.relu(self.conv(x, edge_index))
+        return self.head(self.block(h[None])[0])
