@@ -330,18 +330,30 @@ def _several_sharded_dims(func, x, dim, index):
     """Whether ``index_select`` / ``gather`` of ``x`` meets several sharded dims (several mesh dims).
 
     Returns:
-        False when at most one dim is sharded; True when several are and ``dim`` is not one of
-        them with a plain (or replicated) index, which the caller runs locally. Anything else
-        raises NotImplementedError naming the op.
+        False when at most one dim is sharded; True when several are, with a plain (or
+        replicated) index: along an unsharded ``dim`` the caller runs locally, along a sharded one
+        through :func:`_along_one_of_several`. A sharded index raises NotImplementedError naming
+        the op.
     """
     sharded = [d for _, d in shard_dims_of(x.placements)]
     if len(sharded) < 2:
         return False
-    if dim in sharded or (isinstance(index, ShardTensor) and not is_replicated(index)):
-        raise NotImplementedError(f"ShardTensor: {op_name(func)} along dim {dim} of a tensor sharded along several "
-                                  f"dims {sharded} ({x.placements}), or with a sharded index, is not supported; "
-                                  f"redistribute so that one mesh dim shards it, or {WAY_OUT}")
+    if isinstance(index, ShardTensor) and not is_replicated(index):
+        raise NotImplementedError(f"ShardTensor: {op_name(func)} of a tensor sharded along several dims {sharded} "
+                                  f"({x.placements}) with a sharded index is not supported; redistribute so that "
+                                  f"one mesh dim shards it, or {WAY_OUT}")
     return True
+
+
+def _along_one_of_several(func, x, dim, index):
+    """``func(x, dim, index)`` along ``dim`` sharded by one of several mesh dims, with a plain (or
+    replicated) index: that mesh dim gathers ``dim`` (all-gather-v inside its groups), the op runs
+    as along an unsharded dim, and the result is sharded along ``dim`` again by that mesh dim (the
+    ``torch.chunk`` layout, as for one mesh dim). Differentiable through both redistributions."""
+    m = next(m for m, d in shard_dims_of(x.placements) if d == dim)
+    gathered = x.redistribute(placements=tuple(Replicate() if i == m else p for i, p in enumerate(x.placements)))
+    out = func(gathered, dim, index)
+    return out.redistribute(placements=tuple(Shard(dim) if i == m else p for i, p in enumerate(out.placements)))
 
 
 def index_select_handler(func, types, args, kwargs):
@@ -353,6 +365,8 @@ def index_select_handler(func, types, args, kwargs):
     index it is sharded along ``dim`` in the ``torch.chunk`` layout of the index."""
     x, dim, index = _source_dim_index(func, args, kwargs)
     if _several_sharded_dims(func, x, dim, index):
+        if dim in [d for _, d in shard_dims_of(x.placements)]:
+            return _along_one_of_several(torch.index_select, x, dim, index)
         local_idx = index.to_local() if isinstance(index, ShardTensor) else index
         return wrap(func, x.to_local().index_select(dim, local_idx), x)
     sd = shard_dim_of(x.placements)
@@ -405,6 +419,8 @@ def gather_handler(func, types, args, kwargs):
         raise NotImplementedError(f"ShardTensor: {op_name(func)} with sparse_grad=True; {WAY_OUT}")
     x, dim, index = _source_dim_index(func, args, kwargs)
     if _several_sharded_dims(func, x, dim, index):
+        if dim in [d for _, d in shard_dims_of(x.placements)]:
+            return _along_one_of_several(torch.gather, x, dim, index)
         local_idx = index.to_local() if isinstance(index, ShardTensor) else align_plain(func, index, x)
         return wrap(func, torch.gather(x.to_local(), dim, local_idx), x)
     sd = shard_dim_of(x.placements)

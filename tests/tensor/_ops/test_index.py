@@ -190,12 +190,16 @@ TWO_DIMS_INDEX = {
     "tensor key on the batch": lambda t: t[torch.tensor([1, 0, 1])],
     "gather channels": lambda t: t.gather(1, torch.randint(0, 3, (2, 2, 9, 6),
                                                            generator=torch.Generator().manual_seed(0))),
+    "index_select along the height": lambda t: t.index_select(2, torch.tensor([8, 0, 3, 3, 5])),
+    "index_select along the width": lambda t: t.index_select(3, torch.tensor([5, 1, 1])),
+    "gather along the height": lambda t: t.gather(2, torch.randint(0, 9, (2, 3, 4, 6),
+                                                                   generator=torch.Generator().manual_seed(1))),
 }
 
 
 def _two_dims_index(rank, world):
     """Indexing an image [2, 3, 9, 6] split in height and width: exact or refused by name."""
-    from meshshard.distributed import Shard, init_device_mesh
+    from meshshard.distributed import Replicate, Shard, init_device_mesh
     from meshshard.tensor import ShardTensor
     from tests.tensor._ops._mesh2d import SPLIT_9_BY_6, check_split_in_two_dims
 
@@ -207,7 +211,10 @@ def _two_dims_index(rank, world):
         c0, c1 = mesh.get_local_rank(0), mesh.get_local_rank(1)
         local = x[:, :, sum(s0[:c0]):sum(s0[:c0 + 1]), sum(s1[:c1]):sum(s1[:c1 + 1])].contiguous()
         st = ShardTensor.from_local(local, mesh, (Shard(2), Shard(3)), sharding_shapes={0: s0, 1: s1})
-        _expect(NotImplementedError, lambda: st.index_select(2, torch.tensor([1, 0])), "index_select", "several")
+        held = torch.tensor([1, 0]) if c0 == 0 else torch.tensor([], dtype=torch.int64)
+        sharded_index = ShardTensor.from_local(held, mesh, (Shard(0), Replicate()),
+                                               sharding_shapes={0: [2] + [0] * (shape[0] - 1)})
+        _expect(NotImplementedError, lambda: st.index_select(2, sharded_index), "index_select", "sharded index")
         _expect(NotImplementedError, lambda: st.unbind(3), "unbind", "sharded dim 3")
     return True
 
