@@ -144,7 +144,8 @@ def _index_sharded(func, x, items):
 def getitem_handler(func, types, args, kwargs):
     """``x[key]`` with ints, slices (positive step), ``None`` and ``...`` on any dim; ``x[idx]`` with a
     1-d integer tensor (plain or ShardTensor) of global rows is ``index_select(x, 0, idx)``, and so
-    are ``x[idx, :]`` and ``x[idx, ...]`` (full slices after it). Other
+    are ``x[idx, :]`` and ``x[idx, ...]`` (full slices after it); ``x[idx]`` with a key of more dims
+    (kNN ids ``[N, k]``) gives rows shaped ``idx.shape + x.shape[1:]`` (:func:`_take_rows`). Other
     tensor / list / bool keys (advanced indexing) run only on replicated tensors."""
     x, key = args[0], args[1]
     if not isinstance(x, ShardTensor):
@@ -156,6 +157,9 @@ def getitem_handler(func, types, args, kwargs):
     if (isinstance(key, torch.Tensor) and key.dim() == 1 and not key.is_floating_point() and key.dtype != torch.bool
             and not (is_replicated(x) and not isinstance(key, ShardTensor))):
         return index_select_handler(func, types, (x, 0, key), {})
+    if (isinstance(key, torch.Tensor) and key.dim() > 1 and not key.is_floating_point() and key.dtype != torch.bool
+            and not (is_replicated(x) and not isinstance(key, ShardTensor))):
+        return _take_rows(func, x, key)
     items = _expand_key(key, x.dim())
     if not shard_dims_of(x.placements):
         return wrap(func, x.to_local()[key], x)
@@ -164,6 +168,51 @@ def getitem_handler(func, types, args, kwargs):
                                   "indexing) on a sharded tensor; use index_select / gather with global "
                                   f"indices, or {WAY_OUT}")
     return _index_sharded(func, x, items)
+
+
+def _take_rows(func, x, key):
+    """``x[key]`` with an integer key of two or more dims (kNN ids ``[N, k]``): rows of ``x`` by
+    global index, shaped ``key.shape + x.shape[1:]``. A sharded key ShardTensor (sharded along its
+    dim 0, on ``x``'s sharding mesh dim) gives a result laid out like it; a plain key, the
+    ``torch.chunk`` layout of its dim 0. ``x`` sharded along dim 0 by one mesh dim (rows fetched from
+    their owners) or replicated (each rank picks its key rows)."""
+    mesh = x.device_mesh
+    sd = shard_dim_of(x.placements)
+    if isinstance(key, ShardTensor):
+        ksd = shard_dim_of(key.placements)
+        if key.device_mesh != mesh or (ksd is not None and (ksd[1] != 0 or (sd is not None and ksd[0] != sd[0]))) \
+                or any(isinstance(p, Partial) for p in key.placements):
+            raise NotImplementedError(f"ShardTensor: {op_name(func)} with a key on another mesh or sharded along "
+                                      f"another dim ({key.placements}); {WAY_OUT}")
+        if ksd is None:
+            key = key.to_local()
+    key_sharded = isinstance(key, ShardTensor)
+    if sd is None:  # a replicated x and a sharded key: each rank picks the rows of its key rows
+        local = _partial_local(x, key)[key.to_local()]
+        placements = tuple(Shard(0) if isinstance(p, Shard) else Replicate() for p in key.placements)
+        return _FromLocal.apply(local, mesh, placements, tuple(key._shard_sizes))
+    if len(shard_dims_of(x.placements)) > 1 or sd[1] != 0:
+        raise NotImplementedError(f"ShardTensor: {op_name(func)} with a {key.dim()}-d key on a tensor sharded along "
+                                  f"{[d for _, d in shard_dims_of(x.placements)]} ({x.placements}): supported for "
+                                  f"a tensor sharded along dim 0 by one mesh dim; {WAY_OUT}")
+    m = sd[0]
+    group, world, coord = mesh.get_group(m), mesh.size(m), mesh.get_local_rank(m)
+    tail = tuple(x.shape[1:])
+    if key_sharded:
+        idx = key.to_local().to(device=x._local_tensor.device, dtype=torch.int64)
+        sizes = list(key._shard_sizes)
+        _check_range(func, idx, x.shape[0], group, world)
+        got = fetch_rows(func, x, idx.reshape(-1))
+        local_shape = tuple(idx.shape)
+    else:
+        idx = key.to(device=x._local_tensor.device, dtype=torch.int64)
+        sizes = chunk_sizes(idx.shape[0], world)
+        _check_range(func, idx, x.shape[0])
+        parts = torch.split(idx, sizes)
+        got = fetch_rows(func, x, [part.reshape(-1) for part in parts])
+        local_shape = tuple(parts[coord].shape)
+    placements = tuple(Shard(0) if isinstance(p, Shard) else p for p in x.placements)
+    return _FromLocal.apply(got.reshape(local_shape + tail), mesh, placements, tuple(sizes))
 
 
 def select_handler(func, types, args, kwargs):

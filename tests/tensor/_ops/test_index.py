@@ -75,6 +75,8 @@ def _index_checks(rank, world):
     rows = torch.tensor([4, 0, 0, 6, 3, 1, 4, 2])
     rows5 = torch.tensor([6, 0, 6, 2, 3])
     rows5_st = sharded_index(rows5, i5)
+    knn = torch.randint(0, 7, (5, 3), generator=torch.Generator().manual_seed(11))  # [rows, k] neighbour ids
+    knn_st = sharded_index(knn, i5)
     g0 = torch.randint(0, 7, (5, 4, 3), generator=g)
     g0_st = sharded_index(g0, i5)
     g1 = torch.randint(0, 7, (3, 4, 6), generator=g)
@@ -121,6 +123,8 @@ def _index_checks(rank, world):
         assert c("x[sharded rows]", lambda t: t[pick(t, rows5, rows5_st)]) == ((Shard(0),), i5)
         assert c("x[sharded rows, :, :]", lambda t: t[pick(t, rows5, rows5_st), :, :]) == ((Shard(0),), i5)
         assert c("x[rows, ...]", lambda t: t[rows, ...]) == ((Shard(0),), chunk_sizes(len(rows), world))
+        assert c("x[2-d rows]", lambda t: t[knn]) == ((Shard(0),), chunk_sizes(5, world))
+        assert c("x[sharded 2-d rows]", lambda t: t[pick(t, knn, knn_st)]) == ((Shard(0),), i5)
         assert c("index_select(0, sharded)", lambda t: torch.index_select(t, 0, pick(t, rows5, rows5_st))) == \
             ((Shard(0),), i5)
         assert c("index_select(2, plain)", lambda t: t.index_select(2, torch.tensor([5, 0, 5]))) == ((Shard(0),), s)
@@ -134,6 +138,7 @@ def _index_checks(rank, world):
         r = lambda name, f: _check(name, f, full, s, mesh, rank, placements=rep)  # noqa: E731
         assert r("replicated x[idx]", lambda t: t[torch.tensor([1, 1, 5])]) == (rep, None)
         assert r("replicated x[2:, 1]", lambda t: t[2:, 1]) == (rep, None)
+        assert r("replicated x[sharded 2-d rows]", lambda t: t[pick(t, knn, knn_st)]) == ((Shard(0),), i5)
         assert r("replicated index_select", lambda t: t.index_select(0, pick(t, rows5, rows5_st))) == \
             ((Shard(0),), i5)
         assert r("replicated gather", lambda t: t.gather(0, pick(t, g1, g1_st))) == ((Shard(1),), i4)
@@ -166,6 +171,7 @@ def _index_checks(rank, world):
     bad[-1] = -1  # held by the last rank that has index rows only
     _expect(IndexError, lambda: st.index_select(0, sharded_index(bad, i5)), "index_select", "out of range")
     _expect(IndexError, lambda: st.gather(0, g0 + 7), "gather", "out of range")
+    _expect(IndexError, lambda: st[knn + 7], "__getitem__", "out of range")
     return True
 
 
