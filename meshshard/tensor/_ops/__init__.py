@@ -6,6 +6,6 @@ needs and rewraps. User handlers (``ShardTensor.register_function_handler``) are
 """
 from meshshard.tensor._ops import attention, cat, conv, einsum, extrema, factory, index, interpolate, loss  # noqa: F401
 from meshshard.tensor._ops import matmul, norm, pad, permute, pointwise, pool, reduction, rowwise  # noqa: F401
-from meshshard.tensor._ops import repeat, view  # noqa: F401
+from meshshard.tensor._ops import repeat, scatter, view  # noqa: F401
 
 __all__: list = []
