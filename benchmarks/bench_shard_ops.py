@@ -6,8 +6,11 @@ sharded along H (uneven when H does not divide). The baseline is the same layer 
 tensor in one process, timed in the same run; every rank and the baseline use one thread, so the
 speedup is what domain parallelism gives per core (on a GPU machine: per GPU). "bytes moved" counts
 what the all-to-alls of one forward + backward actually send (off-rank rows only, measured by
-wrapping the exchange); "halo minimum" is what any halo scheme must move: one row of ``B*C*W``
-floats across each of the ``W - 1`` shard boundaries in each direction, forward and backward.
+wrapping the exchange); "halo minimum" is what a halo scheme that keeps the fetched window from
+forward to backward must move: one row of ``B*C*W`` floats across each of the ``W - 1`` shard
+boundaries in each direction, forward and backward. meshshard's convolution fetches the halo rows
+once more in backward instead of keeping the window alive (it saves only the rank's own rows, as
+torch's convolution saves its input), so it moves 1.5 times that minimum.
 
 attention_norm section (from ``bench_attention_norm.py``): ring attention
 (``F.scaled_dot_product_attention`` sharded along the sequence) and ``group_norm`` sharded along
