@@ -108,7 +108,7 @@ class PlainMeshGraphNet(nn.Module):
 _PREPROCESS_CHILD = r"""
 import json, sys, time
 t_start = time.perf_counter()
-import meshshard.cli, meshshard.io, meshshard.datasets.fields, meshshard.partitioners, meshshard.graph
+import meshshard.cli, meshshard.io, meshshard.io.graph, meshshard.partitioners, meshshard.graph
 
 def status(field):
     with open("/proc/self/status") as f:
@@ -129,7 +129,7 @@ def timed(module, attr, phase):
     return fn
 
 read_mesh = timed(meshshard.io, "read_mesh", "read")
-mesh_graph = timed(meshshard.datasets.fields, "_mesh_graph", "edges")
+mesh_graph = timed(meshshard.io.graph, "mesh_graph", "edges")
 partition = timed(meshshard.partitioners, "partition", "partition")
 timed(meshshard.graph, "save_parts", "save")
 parts = int(sys.argv[sys.argv.index("-k") + 1])

@@ -31,9 +31,9 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
+import numpy as np
 import torch
 
 from meshshard._fileutil import atomic_dir, atomic_path, created_dir, read_json_dict, remove_stale_temps, sha256_file
@@ -111,8 +111,8 @@ def _sample_is_done(sample_dir: Path, settings: dict, source_sha: str) -> Option
 def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: int = 1) -> dict:
     """Read, partition and write one sample (runs in a worker process). Returns its meta.json."""
     torch.set_num_threads(max(1, threads))
-    from meshshard.datasets.fields import field_columns, mesh_arrays, node_type_ids
-    from meshshard.datasets.stats import sample_moments
+    from meshshard.datasets.fields import field_columns, node_type_ids, select_fields
+    from meshshard.io import graph as _graph
     from meshshard.graph import read_meta, save_parts
     from meshshard.io import read_mesh
     from meshshard.partitioners import partition
@@ -137,36 +137,74 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     else:
         names = sorted(mesh.node_sets)  # per-sample node types: ids into this sorted list (0 = interior)
         type_ids = node_type_ids(mesh, names)
-    data = SimpleNamespace(**mesh_arrays(mesh, settings["features"], settings["targets"], names, dtype=torch.float64,
-                                         knn=settings["knn"]))
-    moments = sample_moments(data)
-    method = settings["method"]
-    part = partition(mesh.points, settings["num_parts"], method=method,
-                     edge_index=data.edge_index, seed=settings["seed"])
+    # Built one array at a time, each intermediate freed as soon as its last use is done: the peak
+    # memory is the edges and their features, not every float64 array of mesh_arrays at once.
+    feature_columns = field_columns(mesh, settings["features"])
+    target_columns = field_columns(mesh, settings["targets"])
+    edge_index = _graph.mesh_graph(mesh, settings["knn"])
     dtype = _DTYPES[settings["dtype"]]
-    node_data = {
-        "pos": data.pos.to(dtype),
-        "x": data.x.to(dtype),
-        "y": data.y.to(dtype),
-        "node_type_id": type_ids,
-    }
+    x64 = torch.as_tensor(select_fields(mesh, settings["features"]))
+    y64 = torch.as_tensor(select_fields(mesh, settings["targets"]))
+    points = mesh.points
+    pos64 = torch.as_tensor(np.asarray(points, dtype=np.float64))
+    del mesh  # its cells and point fields; the points stay for the partitioner
+    moments = {"x": Moments.of(x64), "y": Moments.of(y64)}
+    node_data = {"pos": pos64.to(dtype), "x": x64.to(dtype), "y": y64.to(dtype), "node_type_id": type_ids}
+    del x64, y64
+    moments["edge_attr"], edge_attr = _edge_attr(pos64, edge_index, dtype)
+    del pos64
+    method = settings["method"]
+    part = partition(points, settings["num_parts"], method=method, edge_index=edge_index, seed=settings["seed"])
+    del points
     meta = {
         "settings": settings,
         "source": os.path.abspath(src),
         "source_sha256": source_sha,
         "sample_index": index,
         "node_set_names": names,
-        "feature_columns": field_columns(mesh, settings["features"]),
-        "target_columns": field_columns(mesh, settings["targets"]),
+        "feature_columns": feature_columns,
+        "target_columns": target_columns,
         "moments": {k: moments[k].to_dict() for k in STAT_KEYS},
     }
     # built beside its target and renamed into place (replacing a stale or damaged folder), so a
     # sample folder is whole or absent, whatever interrupts the run
     with atomic_dir(sample_dir) as tmp:
-        save_parts(tmp, data.edge_index, part, node_data=node_data,
-                   edge_data={"edge_attr": data.edge_attr.to(dtype)}, halo_hops=settings["halo_hops"],
+        save_parts(tmp, edge_index, part, node_data=node_data,
+                   edge_data={"edge_attr": edge_attr}, halo_hops=settings["halo_hops"],
                    meta=meta, progress=False)
     return {"skipped": False, "meta": read_meta(sample_dir), "dir": sample_dir.name}
+
+
+#: edges whose features are computed at a time (bounds the temporaries of :func:`_edge_attr`)
+_EDGE_CHUNK = 1 << 18
+
+
+def _edge_attr(pos64: torch.Tensor, edge_index: torch.Tensor, dtype: torch.dtype):
+    """The moments of MeshGraphNet's edge features (float64) and the features in ``dtype``.
+
+    The same values as ``edge_features(pos64, edge_index)`` (each row computed alone, so chunks of rows
+    change nothing) and its :meth:`Moments.of`, with a float64 copy as the only full-size temporary.
+
+    Args:
+        pos64: node coordinates ``[N, d]`` float64.
+        edge_index: ``[2, E]``.
+        dtype: storage dtype of the returned features.
+
+    Returns:
+        ``(Moments, Tensor [E, d + 1] in dtype)``.
+    """
+    from meshshard.datasets.fields import edge_features
+
+    e = edge_index.shape[1]
+    ea64 = torch.empty((e, pos64.shape[1] + 1), dtype=torch.float64)
+    for s in range(0, e, _EDGE_CHUNK):
+        ea64[s:s + _EDGE_CHUNK] = edge_features(pos64, edge_index[:, s:s + _EDGE_CHUNK])
+    out = ea64.to(dtype)
+    if e == 0:
+        return Moments.of(ea64), out
+    mean = ea64.mean(dim=0)
+    m2 = ea64.sub_(mean).square_().sum(dim=0)  # Moments.of's ((v - mean) ** 2).sum(0), in place
+    return Moments(e, mean, m2), out
 
 
 def preprocess_dataset(
