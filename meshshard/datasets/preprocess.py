@@ -151,11 +151,11 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     moments = {"x": Moments.of(x64), "y": Moments.of(y64)}
     node_data = {"pos": pos64.to(dtype), "x": x64.to(dtype), "y": y64.to(dtype), "node_type_id": type_ids}
     del x64, y64
-    moments["edge_attr"], edge_attr = _edge_attr(pos64, edge_index, dtype)
-    del pos64
     method = settings["method"]
     part = partition(points, settings["num_parts"], method=method, edge_index=edge_index, seed=settings["seed"])
     del points
+    moments["edge_attr"], edge_attr = _edge_attr(pos64, edge_index, dtype)  # after the partitioner's peak
+    del pos64
     meta = {
         "settings": settings,
         "source": os.path.abspath(src),
@@ -182,8 +182,10 @@ _EDGE_CHUNK = 1 << 18
 def _edge_attr(pos64: torch.Tensor, edge_index: torch.Tensor, dtype: torch.dtype):
     """The moments of MeshGraphNet's edge features (float64) and the features in ``dtype``.
 
-    The same values as ``edge_features(pos64, edge_index)`` (each row computed alone, so chunks of rows
-    change nothing) and its :meth:`Moments.of`, with a float64 copy as the only full-size temporary.
+    The same values as ``edge_features(pos64, edge_index)``, its :meth:`Moments.of` and its
+    ``.to(dtype)``: each row is computed alone, so building the features in chunks of rows changes
+    nothing. The float64 features are built once for the moments and squared in place, then dropped;
+    the stored ones are computed again chunk by chunk, so the two never coexist.
 
     Args:
         pos64: node coordinates ``[N, d]`` float64.
@@ -195,16 +197,21 @@ def _edge_attr(pos64: torch.Tensor, edge_index: torch.Tensor, dtype: torch.dtype
     """
     from meshshard.datasets.fields import edge_features
 
-    e = edge_index.shape[1]
-    ea64 = torch.empty((e, pos64.shape[1] + 1), dtype=torch.float64)
-    for s in range(0, e, _EDGE_CHUNK):
-        ea64[s:s + _EDGE_CHUNK] = edge_features(pos64, edge_index[:, s:s + _EDGE_CHUNK])
-    out = ea64.to(dtype)
+    e, width = edge_index.shape[1], pos64.shape[1] + 1
+
+    def build(out: torch.Tensor) -> torch.Tensor:
+        for s in range(0, e, _EDGE_CHUNK):
+            out[s:s + _EDGE_CHUNK] = edge_features(pos64, edge_index[:, s:s + _EDGE_CHUNK])
+        return out
+
+    ea64 = build(torch.empty((e, width), dtype=torch.float64))
     if e == 0:
-        return Moments.of(ea64), out
-    mean = ea64.mean(dim=0)
-    m2 = ea64.sub_(mean).square_().sum(dim=0)  # Moments.of's ((v - mean) ** 2).sum(0), in place
-    return Moments(e, mean, m2), out
+        moments = Moments.of(ea64)
+    else:
+        mean = ea64.mean(dim=0)
+        moments = Moments(e, mean, ea64.sub_(mean).square_().sum(dim=0))  # Moments.of's ((v - mean) ** 2).sum(0)
+    del ea64
+    return moments, build(torch.empty((e, width), dtype=dtype))
 
 
 def preprocess_dataset(
