@@ -39,6 +39,7 @@ import torch
 from meshshard._fileutil import atomic_dir, atomic_path, created_dir, read_json_dict, remove_stale_temps, sha256_file
 from meshshard.io.fields import check_fields
 from meshshard.io.graph import DEFAULT_KNN
+from meshshard.datasets.fields import edge_features
 from meshshard.datasets.stats import DatasetStats, Moments, STAT_KEYS
 
 __all__ = ["preprocess_dataset", "PreprocessResult", "DATASET_FORMAT", "DATASET_FORMAT_VERSION", "sample_dir_name",
@@ -112,6 +113,7 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     """Read, partition and write one sample (runs in a worker process). Returns its meta.json."""
     torch.set_num_threads(max(1, threads))
     from meshshard.datasets.fields import field_columns, node_type_ids, select_fields
+    from meshshard.graph import LazyRows
     from meshshard.io import graph as _graph
     from meshshard.graph import read_meta, save_parts
     from meshshard.io import read_mesh
@@ -154,8 +156,10 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     method = settings["method"]
     part = partition(points, settings["num_parts"], method=method, edge_index=edge_index, seed=settings["seed"])
     del points
-    moments["edge_attr"], edge_attr = _edge_attr(pos64, edge_index, dtype)  # after the partitioner's peak
-    del pos64
+    moments["edge_attr"] = _edge_moments(pos64, edge_index)
+    # each part's edge features are computed as it is written: the [E, d + 1] array never exists
+    edge_attr = LazyRows(edge_index.shape[1], (pos64.shape[1] + 1,), dtype,
+                         lambda ids: edge_features(pos64, edge_index[:, ids]).to(dtype))
     meta = {
         "settings": settings,
         "source": os.path.abspath(src),
@@ -175,44 +179,28 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     return {"skipped": False, "meta": read_meta(sample_dir), "dir": sample_dir.name}
 
 
-#: edges whose features are computed at a time (bounds the temporaries of :func:`_edge_attr`)
+#: edges whose features are computed at a time (bounds the temporaries of :func:`_edge_moments`)
 _EDGE_CHUNK = 1 << 18
 
 
-def _edge_attr(pos64: torch.Tensor, edge_index: torch.Tensor, dtype: torch.dtype):
-    """The moments of MeshGraphNet's edge features (float64) and the features in ``dtype``.
+def _edge_moments(pos64: torch.Tensor, edge_index: torch.Tensor) -> Moments:
+    """:meth:`Moments.of` MeshGraphNet's edge features ``edge_features(pos64, edge_index)``, the same values.
 
-    The same values as ``edge_features(pos64, edge_index)``, its :meth:`Moments.of` and its
-    ``.to(dtype)``: each row is computed alone, so building the features in chunks of rows changes
-    nothing. The float64 features are built once for the moments and squared in place, then dropped;
-    the stored ones are computed again chunk by chunk, so the two never coexist.
+    Each row is computed alone, so building the features in chunks of rows changes nothing; their
+    float64 array is squared in place, so it is the only full-size temporary.
 
     Args:
         pos64: node coordinates ``[N, d]`` float64.
         edge_index: ``[2, E]``.
-        dtype: storage dtype of the returned features.
-
-    Returns:
-        ``(Moments, Tensor [E, d + 1] in dtype)``.
     """
-    from meshshard.datasets.fields import edge_features
-
-    e, width = edge_index.shape[1], pos64.shape[1] + 1
-
-    def build(out: torch.Tensor) -> torch.Tensor:
-        for s in range(0, e, _EDGE_CHUNK):
-            out[s:s + _EDGE_CHUNK] = edge_features(pos64, edge_index[:, s:s + _EDGE_CHUNK])
-        return out
-
-    ea64 = build(torch.empty((e, width), dtype=torch.float64))
+    e = edge_index.shape[1]
+    ea64 = torch.empty((e, pos64.shape[1] + 1), dtype=torch.float64)
+    for s in range(0, e, _EDGE_CHUNK):
+        ea64[s:s + _EDGE_CHUNK] = edge_features(pos64, edge_index[:, s:s + _EDGE_CHUNK])
     if e == 0:
-        moments = Moments.of(ea64)
-    else:
-        mean = ea64.mean(dim=0)
-        moments = Moments(e, mean, ea64.sub_(mean).square_().sum(dim=0))  # Moments.of's ((v - mean) ** 2).sum(0)
-    del ea64
-    return moments, build(torch.empty((e, width), dtype=dtype))
-
+        return Moments.of(ea64)
+    mean = ea64.mean(dim=0)
+    return Moments(e, mean, ea64.sub_(mean).square_().sum(dim=0))  # Moments.of's ((v - mean) ** 2).sum(0)
 
 def preprocess_dataset(
     inputs: Union[PathLike, Sequence[PathLike]],
