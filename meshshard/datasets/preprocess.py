@@ -39,7 +39,6 @@ import torch
 from meshshard._fileutil import atomic_dir, atomic_path, created_dir, read_json_dict, remove_stale_temps, sha256_file
 from meshshard.io.fields import check_fields
 from meshshard.io.graph import DEFAULT_KNN
-from meshshard.datasets.fields import edge_features
 from meshshard.datasets.stats import DatasetStats, Moments, STAT_KEYS
 
 __all__ = ["preprocess_dataset", "PreprocessResult", "DATASET_FORMAT", "DATASET_FORMAT_VERSION", "sample_dir_name",
@@ -148,7 +147,7 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     x64 = torch.as_tensor(select_fields(mesh, settings["features"]))
     y64 = torch.as_tensor(select_fields(mesh, settings["targets"]))
     points = mesh.points
-    pos64 = torch.as_tensor(np.asarray(points, dtype=np.float64))
+    pos64 = torch.as_tensor(np.ascontiguousarray(points, dtype=np.float64))  # contiguous rows gather faster
     del mesh  # its cells and point fields; the points stay for the partitioner
     moments = {"x": Moments.of(x64), "y": Moments.of(y64)}
     node_data = {"pos": pos64.to(dtype), "x": x64.to(dtype), "y": y64.to(dtype), "node_type_id": type_ids}
@@ -159,7 +158,8 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     moments["edge_attr"] = _edge_moments(pos64, edge_index)
     # each part's edge features are computed as it is written: the [E, d + 1] array never exists
     edge_attr = LazyRows(edge_index.shape[1], (pos64.shape[1] + 1,), dtype,
-                         lambda ids: edge_features(pos64, edge_index[:, ids]).to(dtype))
+                         lambda ids: _edge_features_into(pos64, edge_index[:, ids],
+                                                         torch.empty((ids.numel(), pos64.shape[1] + 1), dtype=dtype)))
     meta = {
         "settings": settings,
         "source": os.path.abspath(src),
@@ -179,24 +179,48 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     return {"skipped": False, "meta": read_meta(sample_dir), "dir": sample_dir.name}
 
 
-#: edges whose features are computed at a time (bounds the temporaries of :func:`_edge_moments`)
-_EDGE_CHUNK = 1 << 18
+#: edges whose features are computed at a time: small enough that torch runs each step on one thread (its
+#: kernels split work above 32768 elements, and waiting for a second, busy core slowed these steps down)
+_EDGE_CHUNK = 1 << 13
+
+
+def _edge_features_into(pos64: torch.Tensor, edge_index: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out[:] = edge_features(pos64, edge_index)`` rounded to ``out``'s dtype, in chunks of rows.
+
+    The same values: each row's difference and norm are computed alone from the same float64
+    numbers (the gathers are copies, the difference and the norm the same kernels on the same
+    rows), then rounded once, as ``edge_features(...).to(dtype)`` does.
+
+    Args:
+        pos64: node coordinates ``[N, d]`` float64.
+        edge_index: ``[2, E]``.
+        out: ``[E, d + 1]``, any floating dtype.
+
+    Returns:
+        ``out``.
+    """
+    d = pos64.shape[1]
+    for s in range(0, edge_index.shape[1], _EDGE_CHUNK):
+        block = edge_index[:, s:s + _EDGE_CHUNK]
+        rel = pos64.index_select(0, block[0]).sub_(pos64.index_select(0, block[1]))
+        rows = out[s:s + _EDGE_CHUNK]
+        rows[:, :d] = rel
+        rows[:, d:] = rel.norm(dim=1, keepdim=True)
+    return out
 
 
 def _edge_moments(pos64: torch.Tensor, edge_index: torch.Tensor) -> Moments:
     """:meth:`Moments.of` MeshGraphNet's edge features ``edge_features(pos64, edge_index)``, the same values.
 
-    Each row is computed alone, so building the features in chunks of rows changes nothing; their
-    float64 array is squared in place, so it is the only full-size temporary.
+    Their float64 array (:func:`_edge_features_into`) is squared in place, so it is the only
+    full-size temporary.
 
     Args:
         pos64: node coordinates ``[N, d]`` float64.
         edge_index: ``[2, E]``.
     """
     e = edge_index.shape[1]
-    ea64 = torch.empty((e, pos64.shape[1] + 1), dtype=torch.float64)
-    for s in range(0, e, _EDGE_CHUNK):
-        ea64[s:s + _EDGE_CHUNK] = edge_features(pos64, edge_index[:, s:s + _EDGE_CHUNK])
+    ea64 = _edge_features_into(pos64, edge_index, torch.empty((e, pos64.shape[1] + 1), dtype=torch.float64))
     if e == 0:
         return Moments.of(ea64)
     mean = ea64.mean(dim=0)
