@@ -59,7 +59,7 @@ from bench_meshgraphnet import (_hwm_kb, _malloc_trim, _reset_hwm, _rss_kb, _tim
                                 _Timer, estimate_step_bytes)
 
 # Measured peak RSS of `meshshard preprocess` / bytes of the mesh arrays on these meshes (rounded up).
-PREPROCESS_MULTIPLE = 25.0  # 22.5 at 500k nodes (990 MiB)
+PREPROCESS_MULTIPLE = 16.0  # 14.6 at 500k nodes (610 MiB), the imports included
 PROCESS_BYTES = 0.5 * 2**30  # RSS of one rank before its step (python, torch, gloo, its shard)
 FEATURES, TARGETS = ["velocity", "pos"], ["pressure"]
 

@@ -147,7 +147,7 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     x64 = torch.as_tensor(select_fields(mesh, settings["features"]))
     y64 = torch.as_tensor(select_fields(mesh, settings["targets"]))
     points = mesh.points
-    pos64 = torch.as_tensor(np.ascontiguousarray(points, dtype=np.float64))  # contiguous rows gather faster
+    pos64 = torch.as_tensor(np.asarray(points, dtype=np.float64))
     del mesh  # its cells and point fields; the points stay for the partitioner
     moments = {"x": Moments.of(x64), "y": Moments.of(y64)}
     node_data = {"pos": pos64.to(dtype), "x": x64.to(dtype), "y": y64.to(dtype), "node_type_id": type_ids}
@@ -155,6 +155,7 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     method = settings["method"]
     part = partition(points, settings["num_parts"], method=method, edge_index=edge_index, seed=settings["seed"])
     del points
+    pos64 = pos64.contiguous()  # (a view of the points when they have a dropped zero z column) rows gather faster
     moments["edge_attr"] = _edge_moments(pos64, edge_index)
     # each part's edge features are computed as it is written: the [E, d + 1] array never exists
     edge_attr = LazyRows(edge_index.shape[1], (pos64.shape[1] + 1,), dtype,
