@@ -422,7 +422,7 @@ def main(argv=None) -> int:
         other = sec - r["t_imports"] - t["read"] - t["edges"] - t["partition"] - t["save"]
         print(f"| {label} | {arrays / 2**20:.1f} MiB | {r['t_imports']:.1f} | {t['read']:.1f} | {t['edges']:.1f} "
               f"| {t['partition']:.1f} | {t['save']:.1f} | {other:.1f} | {sec:.1f} s | {sec / n * 1e6:.1f} us "
-              f"| {r['base']:.1f} s | {sec / r['base']:.2f} | {peak / 2**20:.0f} MiB | {peak / arrays:.1f} "
+              f"| {r['base']:.3g} s | {sec / r['base']:.2f} | {peak / 2**20:.0f} MiB | {peak / arrays:.1f} "
               f"| {(peak - r['rss_before']) / arrays:.1f} |")
     print()
     print("Training step (worst rank):")
