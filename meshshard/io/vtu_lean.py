@@ -112,7 +112,7 @@ def _read(path: PathLike):
             if section == "Points":
                 points = arr
             else:
-                arrays[section][elem.attrib.get("Name", "")] = arr
+                arrays[section][elem.attrib["Name"]] = arr  # (no name: meshio reports it)
             elem.clear()
         elif tag in _SECTIONS:
             section = None
