@@ -38,10 +38,11 @@ def _assert_same(a, b):
             assert x.dtype == y.dtype and np.array_equal(x, y)
 
 
+@pytest.mark.parametrize("compression", [None, "zlib"])
 @pytest.mark.parametrize("dim", [2, 3])
-def test_equals_meshio(tmp_path, dim):
+def test_equals_meshio(tmp_path, dim, compression):
     path = tmp_path / "m.vtu"
-    meshio.write(path, _mesh(dim), binary=True, compression=None)
+    meshio.write(path, _mesh(dim), binary=True, compression=compression)
     got = read_vtu(path)
     assert got is not None
     _assert_same(meshio.read(path), got)
@@ -66,7 +67,19 @@ def test_header_encoded_apart(tmp_path):
     _assert_same(ref, got)
 
 
-@pytest.mark.parametrize("options", [dict(binary=True), dict(binary=False)], ids=["zlib", "ascii"])
+def test_zlib_in_many_blocks(tmp_path):
+    """meshio compresses in blocks of 32 KiB: arrays of several blocks, the last one partial."""
+    rng = np.random.default_rng(1)
+    path = tmp_path / "big.vtu"
+    mesh = meshio.Mesh(rng.random((30000, 3)), [("tetra", rng.integers(0, 30000, (20000, 4)))],
+                       point_data={"p": rng.random(30000)})
+    meshio.write(path, mesh, binary=True, compression="zlib")
+    got = read_vtu(path)
+    assert got is not None
+    _assert_same(meshio.read(path), got)
+
+
+@pytest.mark.parametrize("options", [dict(binary=True, compression="lzma"), dict(binary=False)], ids=["lzma", "ascii"])
 def test_other_layouts_left_to_meshio(tmp_path, options):
     path = tmp_path / "m.vtu"
     meshio.write(path, _mesh(), **options)
