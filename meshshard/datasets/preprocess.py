@@ -112,9 +112,8 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     """Read, partition and write one sample (runs in a worker process). Returns its meta.json."""
     torch.set_num_threads(max(1, threads))
     from meshshard.datasets.fields import field_columns, node_type_ids, select_fields
-    from meshshard.graph import LazyRows
+    from meshshard.graph import LazyRows, read_meta, save_parts
     from meshshard.io import graph as _graph
-    from meshshard.graph import read_meta, save_parts
     from meshshard.io import read_mesh
     from meshshard.partitioners import partition
 
@@ -138,8 +137,9 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     else:
         names = sorted(mesh.node_sets)  # per-sample node types: ids into this sorted list (0 = interior)
         type_ids = node_type_ids(mesh, names)
-    # Built one array at a time, each intermediate freed as soon as its last use is done: the peak
-    # memory is the edges and their features, not every float64 array of mesh_arrays at once.
+    # Built one array at a time, each freed after its last use (the mesh's cells and fields once the
+    # edges and features are taken, float64 copies once rounded), the partitioner run before the edge
+    # features exist, and those stored part by part: no phase holds every array at once.
     feature_columns = field_columns(mesh, settings["features"])
     target_columns = field_columns(mesh, settings["targets"])
     edge_index = _graph.mesh_graph(mesh, settings["knn"])
