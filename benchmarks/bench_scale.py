@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import math
 import os
 import subprocess
@@ -58,7 +59,7 @@ from bench_meshgraphnet import (_hwm_kb, _malloc_trim, _reset_hwm, _rss_kb, _tim
                                 _Timer, estimate_step_bytes)
 
 # Measured peak RSS of `meshshard preprocess` / bytes of the mesh arrays on these meshes (rounded up).
-PREPROCESS_MULTIPLE = 25.0  # 22.5 at 500k nodes (990 MiB)
+PREPROCESS_MULTIPLE = 16.0  # 14.6 at 500k nodes (610 MiB), the imports included
 PROCESS_BYTES = 0.5 * 2**30  # RSS of one rank before its step (python, torch, gloo, its shard)
 FEATURES, TARGETS = ["velocity", "pos"], ["pressure"]
 
@@ -100,19 +101,66 @@ class PlainMeshGraphNet(nn.Module):
 
 
 # ---------------------------------------------------------------------------- measurements
-def _run_preprocess(vtu: Path, out: Path, parts: int) -> tuple:
-    """Wall seconds and peak RSS bytes of `meshshard preprocess` in a child process."""
-    cmd = [sys.executable, "-m", "meshshard", "preprocess", str(vtu), "-k", str(parts), "-o", str(out),
+# Runs `meshshard preprocess` in this child with its phases wrapped, then (after the command's memory peak is
+# taken) reads the mesh again, builds its edges and times METIS on them: the baseline of the same run. Total =
+# child start (before importing meshshard) to the end of the command. Peak = the process's VmHWM during the
+# command (imports included), and the RSS once imports are done.
+_PREPROCESS_CHILD = r"""
+import json, sys, time
+t_start = time.perf_counter()
+import meshshard.cli, meshshard.io, meshshard.io.graph, meshshard.partitioners, meshshard.graph
+
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith(field + ":"))
+
+times, mem = {}, {}
+
+def timed(module, attr, phase):
+    fn = getattr(module, attr)
+    def wrapper(*a, **k):
+        if phase == "read" and "rss_before" not in mem:  # imports and argument checks are done
+            mem["rss_before"], mem["t_imports"] = status("VmRSS"), time.perf_counter() - t_start
+        t0 = time.perf_counter()
+        out = fn(*a, **k)
+        times[phase] = times.get(phase, 0.0) + time.perf_counter() - t0
+        return out
+    setattr(module, attr, wrapper)
+    return fn
+
+read_mesh = timed(meshshard.io, "read_mesh", "read")
+mesh_graph = timed(meshshard.io.graph, "mesh_graph", "edges")
+partition = timed(meshshard.partitioners, "partition", "partition")
+timed(meshshard.graph, "save_parts", "save")
+parts = int(sys.argv[sys.argv.index("-k") + 1])
+rc = meshshard.cli.main(["preprocess"] + sys.argv[1:])
+total = time.perf_counter() - t_start
+mem["peak"] = status("VmHWM")
+mesh = read_mesh(sys.argv[1])
+ei = mesh_graph(mesh)
+t0 = time.perf_counter()
+partition(mesh.points, parts, method="graph", edge_index=ei, seed=0)
+times["metis"] = time.perf_counter() - t0
+print(json.dumps({"rc": rc, "times": times, "total": total, **mem}))
+"""
+
+
+def _run_preprocess(vtu: Path, out: Path, parts: int) -> dict:
+    """`meshshard preprocess` in a child process: its wall time, phases and peak RSS, and the baseline
+    (read + edge build + METIS) timed in the same child after it."""
+    cmd = [sys.executable, "-c", _PREPROCESS_CHILD, str(vtu), "-k", str(parts), "-o", str(out),
            "--features", *FEATURES, "--targets", *TARGETS, "--quiet"]
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    output = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    root = str(Path(__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{output[-3000:]}")
-    return seconds, usage.ru_maxrss * 1024
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    if r["rc"] != 0:
+        raise RuntimeError(f"meshshard preprocess returned {r['rc']}:\n{proc.stdout[-2000:]}")
+    t = r["times"]
+    r["base"] = t["read"] + t["edges"] + t["metis"]
+    return r
 
 
 def _mesh_array_bytes(mesh) -> int:
@@ -333,10 +381,10 @@ def main(argv=None) -> int:
             elif not extra:
                 k = max(worlds)
                 data[k] = tmp / f"data_{n}_{k}"
-                sec, peak = _run_preprocess(vtu, data[k], k)
-                print(f"{label}: {n:,} nodes, generated in {gen_s:.1f} s, preprocess -k {k} {sec:.1f} s, "
-                      f"peak {peak / 2**20:.0f} MiB", flush=True)
-                pre_rows.append((label, n, arrays, gen_s, (sec, peak), est_pre))
+                r = _run_preprocess(vtu, data[k], k)
+                print(f"{label}: {n:,} nodes, generated in {gen_s:.1f} s, preprocess -k {k} {r['total']:.1f} s "
+                      f"(read + edges + METIS {r['base']:.1f} s), peak {r['peak'] / 2**20:.0f} MiB", flush=True)
+                pre_rows.append((label, n, arrays, gen_s, r, est_pre))
             for world in worlds:
                 # Activations (ghosts add a few %), plus each rank's torch and gloo resident set.
                 need = estimate_step_bytes(n, cfg["hidden"], cfg["layers"], True) * 1.05 + world * PROCESS_BYTES
@@ -356,18 +404,26 @@ def main(argv=None) -> int:
                     plain_rows.append((label, res[0]))
 
     print()
-    print("`meshshard preprocess` (one partition into the largest P):")
+    print("`meshshard preprocess` (one partition into the largest P), in a child process: seconds from its start "
+          "(imports) to the end of the command; base = read + edge build + METIS into the same parts, timed in the "
+          "same child after the command; peak = the child's peak RSS during the command, imports included, and "
+          "above the RSS once imports were done, as multiples of the mesh arrays (targets: total / base <= 2, "
+          "peak / mesh arrays <= 6).")
     print()
-    print("| nodes | mesh arrays | generate | preprocess | per node | peak memory | / mesh arrays |")
-    print("|---|---|---|---|---|---|---|")
-    for label, n, arrays, gen_s, measured, est in pre_rows:
-        if measured is None:
-            print(f"| {label} | {arrays / 2**20:.1f} MiB | {gen_s:.1f} s | skipped: estimated "
-                  f"{est / 2**30:.1f} GiB | | | |")
+    print("| nodes | mesh arrays | imports | read | edges | partition | save | other | total | per node | base "
+          "| total / base | peak memory | / mesh arrays | above imports / mesh arrays |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, n, arrays, gen_s, r, est in pre_rows:
+        if r is None:
+            print(f"| {label} | {arrays / 2**20:.1f} MiB | skipped: estimated {est / 2**30:.1f} GiB "
+                  "| | | | | | | | | | | | |")
             continue
-        sec, peak = measured
-        print(f"| {label} | {arrays / 2**20:.1f} MiB | {gen_s:.1f} s | {sec:.1f} s | {sec / n * 1e6:.1f} us | "
-              f"{peak / 2**20:.0f} MiB | {peak / arrays:.1f} |")
+        t, sec, peak = r["times"], r["total"], r["peak"]
+        other = sec - r["t_imports"] - t["read"] - t["edges"] - t["partition"] - t["save"]
+        print(f"| {label} | {arrays / 2**20:.1f} MiB | {r['t_imports']:.1f} | {t['read']:.1f} | {t['edges']:.1f} "
+              f"| {t['partition']:.1f} | {t['save']:.1f} | {other:.1f} | {sec:.1f} s | {sec / n * 1e6:.1f} us "
+              f"| {r['base']:.3g} s | {sec / r['base']:.2f} | {peak / 2**20:.0f} MiB | {peak / arrays:.1f} "
+              f"| {(peak - r['rss_before']) / arrays:.1f} |")
     print()
     print("Training step (worst rank):")
     print()

@@ -31,9 +31,9 @@ import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
+import numpy as np
 import torch
 
 from meshshard._fileutil import atomic_dir, atomic_path, created_dir, read_json_dict, remove_stale_temps, sha256_file
@@ -111,9 +111,9 @@ def _sample_is_done(sample_dir: Path, settings: dict, source_sha: str) -> Option
 def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: int = 1) -> dict:
     """Read, partition and write one sample (runs in a worker process). Returns its meta.json."""
     torch.set_num_threads(max(1, threads))
-    from meshshard.datasets.fields import field_columns, mesh_arrays, node_type_ids
-    from meshshard.datasets.stats import sample_moments
-    from meshshard.graph import read_meta, save_parts
+    from meshshard.datasets.fields import field_columns, node_type_ids, select_fields
+    from meshshard.graph import LazyRows, read_meta, save_parts
+    from meshshard.io import graph as _graph
     from meshshard.io import read_mesh
     from meshshard.partitioners import partition
 
@@ -137,37 +137,95 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     else:
         names = sorted(mesh.node_sets)  # per-sample node types: ids into this sorted list (0 = interior)
         type_ids = node_type_ids(mesh, names)
-    data = SimpleNamespace(**mesh_arrays(mesh, settings["features"], settings["targets"], names, dtype=torch.float64,
-                                         knn=settings["knn"]))
-    moments = sample_moments(data)
-    method = settings["method"]
-    part = partition(mesh.points, settings["num_parts"], method=method,
-                     edge_index=data.edge_index, seed=settings["seed"])
+    # Built one array at a time, each freed after its last use (the mesh's cells and fields once the
+    # edges and features are taken, float64 copies once rounded), the partitioner run before the edge
+    # features exist, and those stored part by part: no phase holds every array at once.
+    feature_columns = field_columns(mesh, settings["features"])
+    target_columns = field_columns(mesh, settings["targets"])
+    edge_index = _graph.mesh_graph(mesh, settings["knn"])
     dtype = _DTYPES[settings["dtype"]]
-    node_data = {
-        "pos": data.pos.to(dtype),
-        "x": data.x.to(dtype),
-        "y": data.y.to(dtype),
-        "node_type_id": type_ids,
-    }
+    x64 = torch.as_tensor(select_fields(mesh, settings["features"]))
+    y64 = torch.as_tensor(select_fields(mesh, settings["targets"]))
+    points = mesh.points
+    pos64 = torch.as_tensor(np.asarray(points, dtype=np.float64))
+    del mesh  # its cells and point fields; the points stay for the partitioner
+    moments = {"x": Moments.of(x64), "y": Moments.of(y64)}
+    node_data = {"pos": pos64.to(dtype), "x": x64.to(dtype), "y": y64.to(dtype), "node_type_id": type_ids}
+    del x64, y64
+    method = settings["method"]
+    part = partition(points, settings["num_parts"], method=method, edge_index=edge_index, seed=settings["seed"])
+    del points
+    pos64 = pos64.contiguous()  # (a view of the points when they have a dropped zero z column) rows gather faster
+    moments["edge_attr"] = _edge_moments(pos64, edge_index)
+    # each part's edge features are computed as it is written: the [E, d + 1] array never exists
+    edge_attr = LazyRows(edge_index.shape[1], (pos64.shape[1] + 1,), dtype,
+                         lambda ids: _edge_features_into(pos64, edge_index[:, ids],
+                                                         torch.empty((ids.numel(), pos64.shape[1] + 1), dtype=dtype)))
     meta = {
         "settings": settings,
         "source": os.path.abspath(src),
         "source_sha256": source_sha,
         "sample_index": index,
         "node_set_names": names,
-        "feature_columns": field_columns(mesh, settings["features"]),
-        "target_columns": field_columns(mesh, settings["targets"]),
+        "feature_columns": feature_columns,
+        "target_columns": target_columns,
         "moments": {k: moments[k].to_dict() for k in STAT_KEYS},
     }
     # built beside its target and renamed into place (replacing a stale or damaged folder), so a
     # sample folder is whole or absent, whatever interrupts the run
     with atomic_dir(sample_dir) as tmp:
-        save_parts(tmp, data.edge_index, part, node_data=node_data,
-                   edge_data={"edge_attr": data.edge_attr.to(dtype)}, halo_hops=settings["halo_hops"],
+        save_parts(tmp, edge_index, part, node_data=node_data,
+                   edge_data={"edge_attr": edge_attr}, halo_hops=settings["halo_hops"],
                    meta=meta, progress=False)
     return {"skipped": False, "meta": read_meta(sample_dir), "dir": sample_dir.name}
 
+
+#: edges whose features are computed at a time: small enough that torch runs each step on one thread (its
+#: kernels split work above 32768 elements, and waiting for a second, busy core slowed these steps down)
+_EDGE_CHUNK = 1 << 13
+
+
+def _edge_features_into(pos64: torch.Tensor, edge_index: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``out[:] = edge_features(pos64, edge_index)`` rounded to ``out``'s dtype, in chunks of rows.
+
+    The same values: each row's difference and norm are computed alone from the same float64
+    numbers (the gathers are copies, the difference and the norm the same kernels on the same
+    rows), then rounded once, as ``edge_features(...).to(dtype)`` does.
+
+    Args:
+        pos64: node coordinates ``[N, d]`` float64.
+        edge_index: ``[2, E]``.
+        out: ``[E, d + 1]``, any floating dtype.
+
+    Returns:
+        ``out``.
+    """
+    d = pos64.shape[1]
+    for s in range(0, edge_index.shape[1], _EDGE_CHUNK):
+        block = edge_index[:, s:s + _EDGE_CHUNK]
+        rel = pos64.index_select(0, block[0]).sub_(pos64.index_select(0, block[1]))
+        rows = out[s:s + _EDGE_CHUNK]
+        rows[:, :d] = rel
+        rows[:, d:] = rel.norm(dim=1, keepdim=True)
+    return out
+
+
+def _edge_moments(pos64: torch.Tensor, edge_index: torch.Tensor) -> Moments:
+    """:meth:`Moments.of` MeshGraphNet's edge features ``edge_features(pos64, edge_index)``, the same values.
+
+    Their float64 array (:func:`_edge_features_into`) is squared in place, so it is the only
+    full-size temporary.
+
+    Args:
+        pos64: node coordinates ``[N, d]`` float64.
+        edge_index: ``[2, E]``.
+    """
+    e = edge_index.shape[1]
+    ea64 = _edge_features_into(pos64, edge_index, torch.empty((e, pos64.shape[1] + 1), dtype=torch.float64))
+    if e == 0:
+        return Moments.of(ea64)
+    mean = ea64.mean(dim=0)
+    return Moments(e, mean, ea64.sub_(mean).square_().sum(dim=0))  # Moments.of's ((v - mean) ** 2).sum(0)
 
 def preprocess_dataset(
     inputs: Union[PathLike, Sequence[PathLike]],

@@ -5,6 +5,7 @@
   part, checksummed, written atomically.
 """
 from meshshard.graph.halo import HaloLayout, build_halo
+from meshshard.graph.lazy_rows import LazyRows
 from meshshard.graph.parts_io import FORMAT_VERSION, load_part, read_meta, save_parts, verify_parts
 from meshshard.graph.plan import ExchangePlan
 from meshshard.graph.sharded_graph import ShardedGraph
@@ -15,6 +16,7 @@ __all__ = [
     "HaloLayout",
     "build_halo",
     "save_parts",
+    "LazyRows",
     "load_part",
     "read_meta",
     "verify_parts",

@@ -42,6 +42,7 @@ import torch
 
 from meshshard._fileutil import atomic_path, atomic_torch_save, sha256_file
 from meshshard.graph.halo import check_edge_index, check_hops
+from meshshard.graph.lazy_rows import LazyRows
 
 __all__ = ["FORMAT_VERSION", "save_parts", "read_meta", "verify_parts", "load_part", "part_file_name"]
 
@@ -63,10 +64,11 @@ def _check_data(data: Optional[Dict[str, torch.Tensor]], rows: int, what: str) -
     for name, t in data.items():
         if not isinstance(name, str):
             raise TypeError(f"{what} keys must be str, got {name!r}")
-        t = torch.as_tensor(t)
+        lazy = isinstance(t, LazyRows)  # rows computed as each part asks for them
+        t = t if lazy else torch.as_tensor(t)
         if t.dim() == 0 or t.shape[0] != rows:
             raise ValueError(f"{what}[{name!r}] has shape {tuple(t.shape)}, expected {rows} rows")
-        out[name] = t.detach().cpu()
+        out[name] = t if lazy else t.detach().cpu()
     return out
 
 
@@ -98,7 +100,9 @@ def save_parts(
         partition: :class:`meshshard.partitioners.Partition` of the ``N`` nodes.
         node_data: ``{name: Tensor [N, ...]}``; each part stores its owned + ghost rows.
             ``"pos"`` sets ``meta["dim"]``.
-        edge_data: ``{name: Tensor [E, ...]}``; each part stores its local edges' rows.
+        edge_data: ``{name: Tensor [E, ...]}``; each part stores its local edges' rows. A value of
+            ``node_data`` or ``edge_data`` may be a :class:`meshshard.graph.LazyRows`: each part's rows
+            are then computed when it is written, and the whole array never exists.
         halo_hops: halo depth ``k >= 1`` stored in every part.
         meta: extra JSON-serialisable entries merged into ``meta.json`` (e.g. source file, sha256).
         progress: show a progress bar over parts.

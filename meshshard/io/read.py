@@ -257,7 +257,13 @@ def _read_meshio(path: Path, file_format: Optional[str]) -> Mesh:
     try:
         # meshio prints notes through rich to stderr, and some read errors to stdout
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
-            m = meshio.read(path, file_format=file_format)
+            m = None
+            if file_format is None and path.suffix.lower() == ".vtu":  # streamed: a fraction of meshio's memory
+                from meshshard.io.vtu_lean import read_vtu
+
+                m = read_vtu(path)  # None: a layout it leaves to meshio
+            if m is None:
+                m = meshio.read(path, file_format=file_format)
     except SystemExit as exc:  # meshio calls sys.exit(1) when no reader accepts the file
         why = " ".join(captured.getvalue().split()) or "meshio rejected the file"
         raise _read_error(path, fmt, why) from exc

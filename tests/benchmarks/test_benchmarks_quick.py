@@ -159,8 +159,9 @@ def test_bench_shard_ops():
 def test_bench_scale():
     out = _run("bench_scale.py", 590)
     rows = [r.split("|") for r in _table_rows(out, "2,000")]
-    preprocess = [r for r in rows if len(r) == 9 and "MiB" in r[2]]
-    assert len(preprocess) == 1 and float(preprocess[0][7]) > 1, out  # peak / mesh arrays measured
+    preprocess = [r for r in rows if len(r) == 17 and "MiB" in r[2]]
+    assert len(preprocess) == 1 and float(preprocess[0][14]) > 1, out  # peak / mesh arrays measured
+    assert float(preprocess[0][12]) > 0 and float(preprocess[0][11].split()[0]) > 0, out  # total / (read + edges + METIS)
     steps = {int(r[2]): r for r in rows if len(r) == 11}
     assert sorted(steps) == [1, 2], out
     assert float(steps[1][6]) == 1.0 and float(steps[2][6]) > 0, out  # peak memory as a fraction of P=1
