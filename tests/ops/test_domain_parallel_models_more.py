@@ -150,10 +150,12 @@ def _point_transformer(data_dir, world, rank):
     data, idx = _knn_inputs(data_dir, world, rank, k)
     _train_matches(lambda: PointTransformer(2, 2, nsample=k), data, torch.float64, 1e-10,
                    f"Point Transformer on kNN neighbourhoods at {world} ranks")
-    # a 2-d index on sharded rows is advanced indexing: refused by name (gather with idx.view(-1))
-    x = data(torch.float64)[1][1]
-    with pytest.raises(NotImplementedError, match="advanced indexing"):
-        x[idx]
+    # x[idx] with the 2-d kNN ids on sharded rows (as many point codes gather neighbours): rows by global id
+    inputs = data(torch.float64)
+    whole, sharded = inputs[0][1], inputs[1][1]
+    got = sharded[idx]
+    want = whole[idx.full_tensor() if hasattr(idx, "full_tensor") else idx]
+    assert torch.equal(got.full_tensor(), want), "x[idx] with a 2-d index differs from one process"
 
 
 # --------------------------------------------------------------------------- c) DiT with na2d
