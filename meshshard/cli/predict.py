@@ -200,6 +200,14 @@ class _Datasets:
         return s.graph, x_in, e_in, unknown
 
 
+def _print_metrics(res: dict, say) -> None:
+    """One line per sample with the metrics of every compared field (when the mesh had the truth)."""
+    if res["metrics"]:
+        say(f"{res['name']}: " + "; ".join(
+            f"{c}: MSE {m['mse']:.4g}, relative L2 {m['rel_l2']:.4g}, max |error| {m['max_abs']:.4g}"
+            for c, m in res["metrics"].items()))
+
+
 def _write_sample(sample: dict, mesh, pred: torch.Tensor, info, out_dir: Path) -> dict:
     """Rank 0: write ``OUT/<sample>.vtu`` (:func:`meshshard.io.write_prediction`) for a mesh file or a dataset sample."""
     from meshshard._fileutil import sha256_file
@@ -395,10 +403,7 @@ def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: 
             res = _write_pieces_sample(sample, pg, owned, info.stats.y.denormalize(pred), info, out_dir, group)
             if rank == 0:
                 results.append(res)
-                if res["metrics"]:
-                    (echo if bar.disable else bar.write)(f"{res['name']}: " + "; ".join(
-                        f"{c}: MSE {m['mse']:.4g}, relative L2 {m['rel_l2']:.4g}, max |error| {m['max_abs']:.4g}"
-                        for c, m in res["metrics"].items()))
+                _print_metrics(res, echo if bar.disable else bar.write)
             continue
         if "dataset" in sample:
             graph, x_in, e_in, unknown = run_together(lambda: datasets.sample_inputs(sample, info),
@@ -429,10 +434,7 @@ def predict(checkpoint, inputs: Sequence, out, *, method: str = "kdtree", seed: 
                            if rank == 0 else None, f"predict: writing {sample['name']}.vtu", group)
         if rank == 0:
             results.append(res)
-            if res["metrics"]:
-                (echo if bar.disable else bar.write)(f"{res['name']}: " + "; ".join(
-                    f"{c}: MSE {m['mse']:.4g}, relative L2 {m['rel_l2']:.4g}, max |error| {m['max_abs']:.4g}"
-                    for c, m in res["metrics"].items()))
+            _print_metrics(res, echo if bar.disable else bar.write)
     bar.close()
     if rank == 0:
         echo(f"wrote {len(results)} file(s) to {out_dir} in {time.perf_counter() - t0:.1f} s")

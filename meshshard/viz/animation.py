@@ -20,10 +20,10 @@ import numpy as np
 
 from meshshard._fileutil import atomic_path
 from meshshard.io import Mesh, Trajectory
-from meshshard.viz._render import (MAX_POINTS_3D, PathLike, frame_3d, light_direction, marker_size, marker_size_3d,
-                                   new_figure, shade)
-from meshshard.viz.field_plot import (DEFAULT_VIEW, View, _colorbar, _Geometry, _limits, _panel_figsize, _subsample,
-                                      field_values, prediction_field_names)
+from meshshard.viz._render import (MAX_POINTS_3D, PathLike, light_direction, marker_size, marker_size_3d, new_figure,
+                                   shade)
+from meshshard.viz.field_plot import (DEFAULT_VIEW, View, _colorbar, _frame_panel, _Geometry, _limits, _panel_figsize,
+                                      _subsample, field_values, prediction_field_names)
 
 __all__ = ["FieldAnimation", "animate_field", "animate_field_comparison", "read_frames", "check_animation_path",
            "ANIMATION_SUFFIXES"]
@@ -128,15 +128,7 @@ class _Panel:
                                  s=marker_size(len(idx)), linewidths=0, rasterized=True)
             self.update = lambda v: art.set_array(v[idx])
             self.mappable = art
-        if geo.three_d:
-            frame_3d(ax, p, *view, zoom=1.0)
-        else:
-            ax.set_xlim(geo.box[0], geo.box[1])
-            ax.set_ylim(geo.box[2], geo.box[3])
-            ax.set_aspect("equal")
-            ax.set_xlabel("x", fontsize=8)
-            ax.set_ylabel("y", fontsize=8)
-            ax.tick_params(labelsize=7)
+        _frame_panel(ax, geo, p, view)
 
 
 class FieldAnimation:

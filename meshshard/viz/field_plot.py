@@ -284,8 +284,15 @@ def _draw(ax, geo: _Geometry, values, norm, cmap, view: View, max_points: int, s
         ax.computed_zorder = False
         mappable = ax.scatter(p[shown, 0], p[shown, 1], p[shown, 2], c=values[shown], cmap=cmap, norm=norm,
                               s=marker_size_3d(len(shown)), linewidths=0, depthshade=False, rasterized=True)
+    _frame_panel(ax, geo, p, view)
+    return mappable
+
+
+def _frame_panel(ax, geo, points, view) -> None:
+    """Frame one field panel: the 3D view (the colour bar, not another 3D panel, sits beside it), or
+    the 2D box with equal axes and small labels."""
     if geo.three_d:
-        frame_3d(ax, p, *view, zoom=1.0)  # the colour bar, not another 3D panel, sits beside it
+        frame_3d(ax, points, *view, zoom=1.0)
     else:
         ax.set_xlim(geo.box[0], geo.box[1])
         ax.set_ylim(geo.box[2], geo.box[3])
@@ -293,7 +300,6 @@ def _draw(ax, geo: _Geometry, values, norm, cmap, view: View, max_points: int, s
         ax.set_xlabel("x", fontsize=8)
         ax.set_ylabel("y", fontsize=8)
         ax.tick_params(labelsize=7)
-    return mappable
 
 
 def _colorbar(fig, mappable, ax, label: str, units: Optional[str], three_d: bool):
