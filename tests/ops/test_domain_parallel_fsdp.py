@@ -132,43 +132,13 @@ def test_fsdp2_no_sync_accumulates_then_sums_once():
 
 
 def _checkpoint_resumes(rank, world, path):
-    import torch.distributed.checkpoint as dcp
-    import torch.nn.functional as F
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
     import meshshard as ms
     from tests.ops._models import Transolver
+    from tests.ops.test_domain_parallel_checkpoint import check_resume
 
     mesh, d, p, sizes, x, y = _setup(world, torch.float64, 2)
-    xs, ys = _shard(x[d], mesh, p, sizes), _shard(y[d], mesh, p, sizes)
-
-    def step(dp, opt, scale):
-        opt.zero_grad()
-        loss = F.mse_loss(dp(xs * scale), ys)
-        loss.backward()
-        opt.step()
-        return float(loss.full_tensor())
-
-    torch.manual_seed(0)
-    dp = ms.DomainParallel(_fsdp_model(Transolver(3, 2).double(), mesh), mesh=mesh)
-    opt = torch.optim.Adam(dp.parameters(), lr=1e-2)
-    step(dp, opt, 1.0)
-    step(dp, opt, 1.1)
-    model_sd, optim_sd = get_state_dict(dp, opt)
-    dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
-    loss = step(dp, opt, 1.2)
-
-    torch.manual_seed(5)  # other weights: the checkpoint must restore everything
-    fresh = ms.DomainParallel(_fsdp_model(Transolver(3, 2).double(), mesh), mesh=mesh)
-    fresh_opt = torch.optim.Adam(fresh.parameters(), lr=1e-2)
-    model_sd, optim_sd = get_state_dict(fresh, fresh_opt)
-    state = {"model": model_sd, "optim": optim_sd}
-    dcp.load(state, checkpoint_id=path)
-    set_state_dict(fresh, fresh_opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    resumed = step(fresh, fresh_opt, 1.2)
-    assert abs(resumed - loss) <= 1e-12 * max(1.0, abs(loss)), (resumed, loss)
-    for (name, a), (_, b) in zip(dp.named_parameters(), fresh.named_parameters()):
-        assert torch.equal(a.full_tensor(), b.full_tensor()), f"{name} differs after the resumed step"
+    check_resume(lambda: ms.DomainParallel(_fsdp_model(Transolver(3, 2).double(), mesh), mesh=mesh),
+                 _shard(x[d], mesh, p, sizes), _shard(y[d], mesh, p, sizes), path, whole=lambda t: t.full_tensor())
     return True
 
 
