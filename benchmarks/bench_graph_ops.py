@@ -29,6 +29,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _memory import reset_hwm, status_kb  # noqa: E402
+
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 METHODS = ("kdtree", "morton", "hilbert", "graph")
 
@@ -78,23 +81,13 @@ def _median_time(fn, reps: int, warmup: int, barrier) -> float:
     return statistics.median(times)
 
 
-def _status_kb(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
-
-
 def _peak_mem_mb(fn) -> float:
     """Peak resident memory added by ``fn()`` (MB); Linux: resets the high-water mark first."""
     gc.collect()
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        pass
-    base = _status_kb("VmRSS")
+    reset_hwm()
+    base = status_kb("VmRSS")
     fn()
-    return max(0, _status_kb("VmHWM") - base) / 1024
+    return max(0, status_kb("VmHWM") - base) / 1024
 
 
 def _table(header, rows) -> str:

@@ -39,41 +39,8 @@ from pathlib import Path
 
 import torch
 
-
-def _rss_kb() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-def _hwm_kb() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    return 0
-
-
-def _malloc_trim() -> None:
-    """Give memory that glibc keeps after free() back to the OS, so RSS counts live memory only
-    (otherwise a warm-up step's freed activations stay resident and hide the next step's peak)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _reset_hwm() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets the peak resident set size (Linux >= 4.0)
-        return True
-    except OSError:
-        return False
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _memory import hwm_kb, malloc_trim, reset_hwm, rss_kb  # noqa: E402
 
 
 class _Timer:
@@ -181,16 +148,16 @@ def _rank(rank, world, shard_dir, cfg):
     for _ in range(cfg["warmup"]):
         step()
     gc.collect()
-    _malloc_trim()
+    malloc_trim()
     ms.distributed.barrier()
-    rss0 = _rss_kb()
-    hwm_ok = _reset_hwm()
+    rss0 = rss_kb()
+    hwm_ok = reset_hwm()
     comm.seconds = 0.0
     t0 = time.perf_counter()
     for _ in range(cfg["steps"]):
         step()
     seconds = (time.perf_counter() - t0) / cfg["steps"]
-    peak = (_hwm_kb() - rss0) * 1024 if hwm_ok else float("nan")
+    peak = (hwm_kb() - rss0) * 1024 if hwm_ok else float("nan")
     return dict(rank=rank, owned=n_own, ghost=g.num_ghost, edges=int(g.edge_index.shape[1]), seconds=seconds,
                 comm=comm.seconds / cfg["steps"], peak=peak)
 

@@ -40,33 +40,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-
-
-def _status_kb(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def _malloc_trim() -> None:
-    """Give memory that glibc keeps after free() back to the OS, so RSS counts live memory only."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
-def _reset_hwm() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets the peak resident set size (Linux >= 4.0)
-        return True
-    except OSError:
-        return False
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _memory import malloc_trim, reset_hwm, status_kb  # noqa: E402
 
 
 def _even_split(n: int, parts: int, multiple: int = 1):
@@ -81,15 +56,15 @@ def _measure(step, cfg, barrier):
     for _ in range(cfg["warmup"] - 1):
         step()
     gc.collect()
-    _malloc_trim()
+    malloc_trim()
     barrier()
-    rss0 = _status_kb("VmRSS")
-    hwm_ok = _reset_hwm()
+    rss0 = status_kb("VmRSS")
+    hwm_ok = reset_hwm()
     t0 = time.perf_counter()
     for _ in range(cfg["steps"]):
         step()
     seconds = (time.perf_counter() - t0) / cfg["steps"]
-    peak = (_status_kb("VmHWM") - rss0) * 1024 if hwm_ok else float("nan")
+    peak = (status_kb("VmHWM") - rss0) * 1024 if hwm_ok else float("nan")
     barrier()
     return dict(loss=first, seconds=seconds, peak=peak)
 

@@ -55,8 +55,8 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_meshgraphnet import (_hwm_kb, _malloc_trim, _reset_hwm, _rss_kb, _timed_exchange,  # noqa: E402
-                                _Timer, estimate_step_bytes)
+from _memory import hwm_kb, malloc_trim, reset_hwm, rss_kb  # noqa: E402
+from bench_meshgraphnet import _timed_exchange, _Timer, estimate_step_bytes  # noqa: E402
 
 # Measured peak RSS of `meshshard preprocess` / bytes of the mesh arrays on these meshes (rounded up).
 PREPROCESS_MULTIPLE = 16.0  # 14.6 at 500k nodes (610 MiB), the imports included
@@ -230,14 +230,14 @@ def _rank(rank, world, data_dir, cfg):
     for _ in range(cfg["steps"]):
         for name, step in steps.items():  # alternate, so both kinds see the same load
             gc.collect()
-            _malloc_trim()
+            malloc_trim()
             ms.distributed.barrier()
-            rss0 = _rss_kb()
-            hwm_ok = _reset_hwm()
+            rss0 = rss_kb()
+            hwm_ok = reset_hwm()
             t0 = time.perf_counter()
             step()
             seconds[name] += time.perf_counter() - t0
-            peak[name] = max(peak[name], (_hwm_kb() - rss0) * 1024 if hwm_ok else float("nan"))
+            peak[name] = max(peak[name], (hwm_kb() - rss0) * 1024 if hwm_ok else float("nan"))
     out.update(seconds={k: v / cfg["steps"] for k, v in seconds.items()}, peak=peak,
                halo=halo.seconds / cfg["steps"])
     return out
@@ -289,12 +289,12 @@ def _pieces_rank(rank, world, pvtu, warm):
     _pieces_work(warm, world)
     gc.collect()
     release_free_heap(0)
-    before = _rss_kb()
-    _reset_hwm()
+    before = rss_kb()
+    reset_hwm()
     t0 = time.perf_counter()
     owned, ghost = _pieces_work(pvtu, world)
     seconds = time.perf_counter() - t0
-    return {"peak": (_hwm_kb() - before) * 1024, "seconds": seconds, "owned": owned, "ghost": ghost}
+    return {"peak": (hwm_kb() - before) * 1024, "seconds": seconds, "owned": owned, "ghost": ghost}
 
 
 def _pieces_section(n_target: int, tmp: Path) -> list:

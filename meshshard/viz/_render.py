@@ -47,16 +47,20 @@ def majority_part(conn: np.ndarray, assignment: np.ndarray) -> np.ndarray:
     return cand.min(1) if k else np.zeros(len(conn), dtype=np.int64)
 
 
+def _corners_2d(ctype: str, conn: np.ndarray) -> np.ndarray:
+    """The corner nodes of 2D cells of one type (higher-order nodes dropped), in order around the cell."""
+    if ctype in CORNERS_2D:
+        return conn[:, : CORNERS_2D[ctype]]
+    if ctype.startswith("polygon"):
+        return conn
+    raise ValueError(f"cannot draw 2D cell type {ctype!r}")
+
+
 def fan_triangles(cells: dict, assignment: np.ndarray):
     """Triangulate 2D cells by fans over their corners; return triangles [T, 3] and their part."""
     tris, parts = [], []
     for ctype, conn in cells.items():
-        if ctype in CORNERS_2D:
-            corners = conn[:, : CORNERS_2D[ctype]]
-        elif ctype.startswith("polygon"):
-            corners = conn
-        else:
-            raise ValueError(f"cannot draw 2D cell type {ctype!r}")
+        corners = _corners_2d(ctype, conn)
         part = majority_part(corners, assignment)
         for i in range(1, corners.shape[1] - 1):
             tris.append(corners[:, [0, i, i + 1]])
@@ -76,12 +80,7 @@ def cell_fan_triangles(cells: dict):
     """
     tris, owner, at = [], [], 0
     for ctype, conn in cells.items():
-        if ctype in CORNERS_2D:
-            corners = conn[:, : CORNERS_2D[ctype]]
-        elif ctype.startswith("polygon"):
-            corners = conn
-        else:
-            raise ValueError(f"cannot draw 2D cell type {ctype!r}")
+        corners = _corners_2d(ctype, conn)
         ids = np.arange(at, at + len(conn))
         for i in range(1, corners.shape[1] - 1):
             tris.append(corners[:, [0, i, i + 1]])

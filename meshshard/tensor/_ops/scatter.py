@@ -26,6 +26,7 @@ from meshshard.distributed import Replicate, Shard, all_gather_sizes
 from meshshard.distributed.autograd import all_reduce_sum, all_to_all_v, indexed_all_to_all_v
 from meshshard.tensor.shard_tensor import ShardTensor, assign_inplace
 from meshshard.tensor.spec import shard_dim_of, shard_dims_of
+from meshshard.tensor._ops.index import _check_range, _route
 from meshshard.tensor._ops._common import WAY_OUT, align_plain, is_replicated, op_name, reference, register, wrap
 
 __all__ = ["index_add_handler", "scatter_add_handler"]
@@ -61,12 +62,8 @@ def _push_rows(func, x, dim, idx, src, alpha):
     sizes = list(x._shard_sizes)
     n = x.shape[dim]
     idx = idx.to(device=x._local_tensor.device, dtype=torch.int64)
-    bad = int(idx.numel() > 0 and (int(idx.min()) < 0 or int(idx.max()) >= n))
-    if any(all_gather_sizes([bad], group).reshape(-1).tolist() if world > 1 else [bad]):
-        raise IndexError(f"ShardTensor: {op_name(func)}: index out of range for a dim of size {n} (on some rank)")
-    ends = torch.tensor([0] + list(torch.tensor(sizes).cumsum(0).tolist()), dtype=torch.int64, device=idx.device)
-    owner = torch.searchsorted(ends[1:], idx, right=True)
-    local_row = idx - ends[owner]
+    _check_range(func, idx, n, group, world)
+    owner, local_row = _route(sizes, idx, False)
     counts = torch.bincount(owner, minlength=world).tolist()
     table = all_gather_sizes(counts, group).tolist() if world > 1 else [counts]
     picks = [torch.nonzero(owner == j).reshape(-1) for j in range(world)]
@@ -144,8 +141,7 @@ def _index_add(func, x, dim, index, source, alpha):
         coord, sizes = x.device_mesh.get_local_rank(m), list(x._shard_sizes)
         lo = sum(sizes[:coord])
         idx = idx.to(device=x._local_tensor.device, dtype=torch.int64)
-        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= x.shape[dim]):
-            raise IndexError(f"ShardTensor: {op_name(func)}: index out of range for a dim of size {x.shape[dim]}")
+        _check_range(func, idx, x.shape[dim])  # the same index on every rank: every rank raises alike
         mine = torch.nonzero((idx >= lo) & (idx < lo + sizes[coord])).reshape(-1)
         return wrap(func, x.to_local().index_add(dim, idx[mine] - lo, src.index_select(dim, mine), alpha=alpha), x)
     return wrap(func, _push_rows(func, x, dim, idx, src, alpha), x)
