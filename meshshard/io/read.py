@@ -109,23 +109,64 @@ def _parallel_point_field_names(path: Path) -> Optional[List[str]]:
     return sorted(set(names))
 
 
-_VTU_POINT_DATA = re.compile(rb"<PointData\b[^>]*?(/>|>(.*?)</PointData>)", re.S)
-_VTU_NAME = re.compile(rb"<DataArray\b[^>]*?\bName=\"([^\"]*)\"")
+_XML_NAME = re.compile(rb'\bName="([^"]*)"')
 
 
-def _vtu_point_field_names(path: Path, chunk: int = 1 << 20) -> Optional[List[str]]:
-    """The PointData array names of a VTU's first piece, or None when the header is not as expected."""
+def _xml_tags(path: Path, chunk: int):
+    """The text inside each ``<...>`` of an XML file, in order, read in chunks.
+
+    Text between tags (a VTU's inline base64 or ASCII arrays) holds no ``<`` and is skipped by a
+    byte search, never parsed or kept; raw appended data comes after every tag that matters here.
+    """
     buf = b""
     with open(path, "rb") as f:
         while True:
             block = f.read(chunk)
+            if not block:
+                return
             buf += block
-            m = _VTU_POINT_DATA.search(buf)
-            if m:
-                return sorted({n.decode("utf-8", "replace") for n in _VTU_NAME.findall(m.group(2) or b"")})
-            # VTK writes PointData before Points, Cells and appended data: past them, read it whole
-            if not block or re.search(rb"<Points\b|<Cells\b|<AppendedData\b", buf):
+            pos = 0
+            while True:
+                i = buf.find(b"<", pos)
+                if i < 0:
+                    buf = b""
+                    break
+                j = buf.find(b">", i)
+                if j < 0:
+                    buf = buf[i:]
+                    break
+                yield buf[i + 1:j]
+                pos = j + 1
+
+
+def _vtu_point_field_names(path: Path, chunk: int = 1 << 22) -> Optional[List[str]]:
+    """The PointData array names of a VTU's first piece, or None when the header is not as expected.
+
+    Only the tags are looked at: the arrays between them (meshio writes them inline, after the
+    points and cells) are skipped by a byte search. The scan stops at the end of the first piece's
+    ``<PointData>`` (or of the piece: then it has no point fields), or at ``<AppendedData>``.
+    """
+    from xml.sax.saxutils import unescape
+
+    names: List[str] = []
+    inside = False
+    try:
+        for tag in _xml_tags(path, chunk):
+            if tag.startswith(b"PointData"):
+                if tag.endswith(b"/"):
+                    return []
+                inside = True
+            elif tag.startswith(b"DataArray") and inside:
+                m = _XML_NAME.search(tag)
+                if m:
+                    names.append(unescape(m.group(1).decode("utf-8", "replace"), {"&quot;": '"', "&apos;": "'"}))
+            elif tag.startswith((b"/PointData", b"/Piece")):
+                return sorted(set(names))
+            elif tag.startswith(b"AppendedData"):
                 return None
+    except OSError:
+        return None
+    return None
 
 
 def supported_suffixes() -> List[str]:

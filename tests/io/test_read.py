@@ -268,6 +268,24 @@ def test_point_field_names_match_read_mesh(tmp_path, data_dir):
     assert point_field_names(tmp_path / "sq.msh") == ["gmsh:dim_tags"]
 
 
+@pytest.mark.parametrize("kind", ["zlib", "raw", "ascii", "bare"])
+def test_vtu_field_names_come_from_the_tags_alone(tmp_path, kind):
+    """Inline arrays (after the points and cells in meshio's files) are skipped, not read: the header scan
+    finds the names itself (no whole read) whatever the chunk size cuts through."""
+    from meshshard.io.read import _vtu_point_field_names
+
+    rng = np.random.default_rng(1)
+    pts, tri = rng.random((40, 2)), rng.integers(0, 40, (30, 3))
+    fields = {} if kind == "bare" else {"p": rng.random(40), "velocity": rng.random((40, 2))}
+    meshio.write(tmp_path / "m.vtu", meshio.Mesh(pts, [("triangle", tri)], point_data=fields,
+                                                 cell_data={"c": [rng.random(30)]}),
+                 binary=kind != "ascii", compression="zlib" if kind == "zlib" else None)
+    want = sorted(meshio.read(tmp_path / "m.vtu").point_data)
+    assert want == sorted(fields)
+    for chunk in (3, 7, 64, 1 << 20):
+        assert _vtu_point_field_names(tmp_path / "m.vtu", chunk=chunk) == want, chunk
+
+
 def test_unreadable_file_of_a_known_suffix_does_not_list_that_suffix(tmp_path):
     (tmp_path / "broken.su2").write_text("NDIME= 2\nNPOIN= 3\n0 0\n1 zz\n")
     with pytest.raises(ValueError) as info:
