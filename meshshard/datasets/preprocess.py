@@ -143,6 +143,8 @@ def _process_one(index: int, path: str, out_dir: str, settings: dict, threads: i
     feature_columns = field_columns(mesh, settings["features"])
     target_columns = field_columns(mesh, settings["targets"])
     edge_index = _graph.mesh_graph(mesh, settings["knn"])
+    if mesh.num_nodes <= torch.iinfo(torch.int32).max:  # the largest array kept: int32 ids halve it (same files)
+        edge_index = edge_index.to(torch.int32)
     dtype = _DTYPES[settings["dtype"]]
     x64 = torch.as_tensor(select_fields(mesh, settings["features"]))
     y64 = torch.as_tensor(select_fields(mesh, settings["targets"]))

@@ -53,16 +53,18 @@ class HaloLayout:
     edge_hop_ptr: torch.Tensor
 
 
-def check_edge_index(edge_index: torch.Tensor, num_nodes: int, what: str = "edge_index") -> torch.Tensor:
+def check_edge_index(edge_index: torch.Tensor, num_nodes: int, what: str = "edge_index",
+                     keep_int32: bool = False) -> torch.Tensor:
     """Validate ``[2, E]`` integer node ids in ``[0, num_nodes)``; return it as a CPU LongTensor.
 
     Args:
         edge_index: ``[2, E]`` integer tensor (or anything ``torch.as_tensor`` takes).
         num_nodes: ``N``; every id must lie in ``[0, N)``.
         what: name used in error messages.
+        keep_int32: return an int32 ``edge_index`` as it is (no int64 copy), for readers that take either.
 
     Returns:
-        ``LongTensor [2, E]`` on the CPU.
+        ``LongTensor [2, E]`` on the CPU (``IntTensor`` for an int32 input with ``keep_int32``).
 
     Raises:
         TypeError: non-integer ids. ValueError: wrong shape or ids out of range.
@@ -73,7 +75,8 @@ def check_edge_index(edge_index: torch.Tensor, num_nodes: int, what: str = "edge
         raise TypeError(f"{what} must hold integer node ids, got dtype {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise ValueError(f"{what} must have shape [2, E], got {tuple(edge_index.shape)}")
-    edge_index = edge_index.to(device="cpu", dtype=torch.long)
+    keep = keep_int32 and edge_index.dtype == torch.int32
+    edge_index = edge_index.to(device="cpu", dtype=torch.int32 if keep else torch.long)
     if edge_index.numel():
         lo, hi = int(edge_index.min()), int(edge_index.max())
         if lo < 0 or hi >= num_nodes:
@@ -204,7 +207,7 @@ class HaloBuilder:
     part's ghosts and then hold one part's edges at a time.
 
     Args:
-        edge_index: ``LongTensor [2, E]`` global edges (row 0 source, row 1 target), validated.
+        edge_index: ``LongTensor [2, E]`` (or ``IntTensor``) global edges (row 0 source, row 1 target), validated.
         partition: a :class:`meshshard.partitioners.Partition` over the same ``N`` nodes.
         num_hops: halo depth ``k >= 1``.
     """

@@ -96,7 +96,8 @@ def save_parts(
         out_dir: output directory (created). Written into again, it ends with exactly this
             partition's files: ``meta.json`` is removed first (so no old checksums vouch for new
             files while they are written) and part files beyond ``num_parts`` are deleted.
-        edge_index: ``LongTensor [2, E]`` global edges (row 0 source, row 1 target).
+        edge_index: ``LongTensor [2, E]`` global edges (row 0 source, row 1 target); an ``IntTensor`` is
+            read as it is (half the memory; the files are the same).
         partition: :class:`meshshard.partitioners.Partition` of the ``N`` nodes.
         node_data: ``{name: Tensor [N, ...]}``; each part stores its owned + ghost rows.
             ``"pos"`` sets ``meta["dim"]``.
@@ -116,7 +117,7 @@ def save_parts(
         raise TypeError(f"partition must be a meshshard Partition, got {type(partition).__name__}")
     check_hops(halo_hops)
     n = partition.num_nodes
-    ei = check_edge_index(edge_index, n)
+    ei = check_edge_index(edge_index, n, keep_int32=True)
     nodes = _check_data(node_data, n, "node_data")
     edges = _check_data(edge_data, ei.shape[1], "edge_data")
     if meta is not None and not isinstance(meta, dict):

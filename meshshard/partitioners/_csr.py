@@ -76,16 +76,17 @@ def csr_view(edge_index: np.ndarray, num_nodes: int) -> Optional[Tuple[np.ndarra
     :func:`undirected_pairs` + :func:`symmetric_csr` would make several ``[E]`` copies.
 
     Args:
-        edge_index: int64 ``[2, E]`` with ids in ``[0, N)``.
+        edge_index: int64 or int32 ``[2, E]`` with ids in ``[0, N)``.
         num_nodes: ``N``.
 
     Returns:
-        ``(indptr int64 [N + 1], indices int64 [E])`` with ``indices`` a view of
+        ``(indptr int64 [N + 1], indices [E])`` with ``indices`` a view of
         ``edge_index[1]`` (the same arrays :func:`symmetric_csr` would build), or None when the
         edge list is not in that form.
     """
-    src = np.ascontiguousarray(edge_index[0], dtype=np.int64)
-    dst = np.ascontiguousarray(edge_index[1], dtype=np.int64)
+    dtype = np.int32 if np.asarray(edge_index).dtype == np.int32 else np.int64  # int32 ids: no copy
+    src = np.ascontiguousarray(edge_index[0], dtype=dtype)
+    dst = np.ascontiguousarray(edge_index[1], dtype=dtype)
     indptr, ok = indptr_if_symmetric_csr(src, dst, int(num_nodes))
     return (indptr, dst) if ok else None
 
@@ -104,7 +105,7 @@ def graph_csr(edge_index: np.ndarray, num_nodes: int, edge_weights: Optional[np.
     """
     if edge_weights is None:
         view = csr_view(edge_index, num_nodes)
-        if view is not None:
-            return view[0], view[1], None
+        if view is not None:  # the graph engines take int64 ids
+            return view[0], view[1].astype(np.int64, copy=False), None
     lo, hi, w = undirected_pairs(edge_index, num_nodes, edge_weights)
     return symmetric_csr(lo, hi, w, num_nodes)

@@ -175,9 +175,9 @@ def _unit_weights(nnz: int) -> np.ndarray:
 
 
 def _narrow(indices: np.ndarray, n: int) -> np.ndarray:
-    """``indices`` as int32 when ids below ``n`` fit: the kernels then read half the bytes per edge, and the
-    matching's cluster maps follow the type (the same partitions)."""
-    return indices.astype(np.int32) if n <= np.iinfo(np.int32).max else indices
+    """``indices`` as int32 when ids below ``n`` fit (int32 ones as they are): the kernels then read half the bytes
+    per edge, and the matching's cluster maps follow the type (the same partitions)."""
+    return indices.astype(np.int32, copy=False) if n <= np.iinfo(np.int32).max else indices
 
 
 def part_components(assignment: np.ndarray, edge_index: np.ndarray, num_parts: Optional[int] = None) -> np.ndarray:

@@ -67,6 +67,16 @@ def test_same_input_gives_byte_identical_files(tmp_path, brick):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
+def test_int32_edge_index_writes_the_same_files(tmp_path, brick):
+    """preprocess keeps its edges as int32 (half the memory of the largest array): the files are the same bytes."""
+    pts, ei, part = brick
+    a = read_meta(_save(tmp_path / "a", brick, halo_hops=2))["files"]
+    b = read_meta(_save(tmp_path / "b", (pts, ei.to(torch.int32), part), halo_hops=2))["files"]
+    assert a == b
+    for name in a:
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
 def test_corruption_detected(tmp_path, brick):
     out = _save(tmp_path / "s", brick)
     victim = out / "part_0001.pt"

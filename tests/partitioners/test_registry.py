@@ -49,6 +49,28 @@ def test_front_door_determinism_torch_numpy_save_load(data_dir, tmp_path, method
     assert partition_quality(back, ei) == partition_quality(a, ei)
 
 
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("name", ["brick_tets.su2", "cylinder_crossflow_re35.vtu"])
+def test_int32_edge_index_gives_the_same_partition(data_dir, method, name):
+    """int32 ids (preprocess keeps its edges so) are read as they are, not copied to int64: the same partitions,
+    quality figures and components, with the mesh's CSR-ordered edges and with a shuffled edge list."""
+    from meshshard.partitioners._validate import as_edge_index
+    from meshshard.partitioners.multilevel import part_components
+
+    pts, ei = load_mesh(data_dir, name)
+    shuffled = ei[:, torch.randperm(ei.shape[1], generator=torch.Generator().manual_seed(0))]
+    for e64 in (ei, shuffled):
+        e32 = e64.to(torch.int32)
+        assert as_edge_index(e32, pts.shape[0]).dtype == np.int32
+        assert np.shares_memory(as_edge_index(e32, pts.shape[0]), e32.numpy())
+        a = partition(pts, 5, method, edge_index=e64, seed=3)
+        b = partition(pts, 5, method, edge_index=e32, seed=3)
+        assert a == b
+        assert partition_quality(a, e64) == partition_quality(b, e32)
+        assert np.array_equal(part_components(a.assignment.numpy(), e64.numpy(), 5),
+                              part_components(a.assignment.numpy(), e32.numpy(), 5))
+
+
 def test_classes_equal_front_door(data_dir):
     pts, ei = load_mesh(data_dir, "cylinder_crossflow_re35.vtu")
     for cls, m in ((KDTreePartitioner, "kdtree"), (InertialPartitioner, "inertial"), (MortonPartitioner, "morton"),
