@@ -1,0 +1,136 @@
+"""CGNS files (``.cgns``, HDF5 or ADF) through VTK's ``vtkCGNSReader`` (the extra ``meshshard[vtk]``).
+
+What is read, per zone of every base:
+
+- the volume cells of unstructured zones (every element section of the base's cell dimension,
+  mixed element types included; ``NGON_n``/``NFACE_n`` polyhedra are refused by name) and of
+  structured zones (as hexahedra, or quadrilaterals in 2-D);
+- the fields of ``FlowSolution_t`` nodes: ``Vertex`` fields as point data, ``CellCenter`` fields
+  as cell data, at a chosen time when the file has several (``BaseIterativeData_t`` /
+  ``ZoneIterativeData_t``);
+- the boundary: every element section one dimension below the zone's cells (faces in 3-D, edges
+  in 2-D; the layout solvers and mesh tools write, one section per patch) becomes boundary cells
+  and a cell set named as the section, so ``preprocess`` gives its nodes a boundary type.
+
+Not read: ``BC_t`` nodes themselves. The reader's own BC loading keeps only a few BC types
+(``FamilySpecified``, ``BCDirichlet``, ``BCNeumann``, ``BCWall*``), skips ``BCInflow``,
+``BCOutflow``, ``BCFarfield`` and the rest, and takes a ``Vertex`` ``PointList`` for element
+numbers; and with both of its patch options on it crashes the process. So only boundary sections
+are used, and a file whose boundary is given by ``BC_t`` point lists alone reads without boundary
+sets (``preprocess`` then says so). Structured zones carry no boundary sets.
+
+Several zones are merged into one mesh: points on zone interfaces are kept once (by coordinates),
+each zone is a cell set named as the zone, and the cell field ``block`` numbers the zones.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+__all__ = ["read_cgns_parts"]
+
+
+def _name(multiblock, i: int) -> str:
+    from vtkmodules.vtkCommonDataModel import vtkCompositeDataSet
+
+    meta = multiblock.GetMetaData(i) if multiblock.HasMetaData(i) else None
+    return meta.Get(vtkCompositeDataSet.NAME()) if meta is not None and meta.Has(vtkCompositeDataSet.NAME()) \
+        else f"block{i}"
+
+
+def _children(multiblock) -> List[Tuple[str, object]]:
+    return [(_name(multiblock, i), multiblock.GetBlock(i)) for i in range(multiblock.GetNumberOfBlocks())
+            if multiblock.GetBlock(i) is not None]
+
+
+def _zones(out, path: Path) -> List[Tuple[str, object, List[Tuple[str, object]]]]:
+    """(zone name, volume dataset, [(section name, boundary dataset)]) of every zone of every base."""
+    zones = []
+    for _, base in _children(out):
+        if not base.IsA("vtkMultiBlockDataSet"):
+            raise ValueError(f"cannot read {path} as CGNS: unexpected reader output {base.GetClassName()}")
+        for zname, zone in _children(base):
+            if zone.IsA("vtkDataSet"):
+                zones.append((zname, zone, []))
+                continue
+            blocks = dict(_children(zone))
+            surfaces = blocks.get("Surfaces")
+            zones.append((zname, blocks.get("Internal"),
+                          _children(surfaces) if surfaces is not None and surfaces.IsA("vtkMultiBlockDataSet") else []))
+    return [z for z in zones if z[1] is not None and z[1].GetNumberOfPoints()]
+
+
+def _unstructured(ds):
+    """A structured grid as an unstructured one (same point and cell order)."""
+    from vtkmodules.vtkFiltersCore import vtkAppendFilter
+
+    append = vtkAppendFilter()
+    append.AddInputData(ds)
+    append.MergePointsOff()
+    append.Update()
+    return append.GetOutput()
+
+
+def read_cgns_parts(path: Path, time: Optional[float]) -> list:
+    """Read a CGNS file into the parts :func:`meshshard.io.vtk_formats.read_vtk` merges.
+
+    Args:
+        path: the ``.cgns`` file.
+        time: the time to read where the file has several (default: its last).
+
+    Returns:
+        list of ``_Part``: per zone its volume (named as the zone when there are several zones),
+        then its boundary sections (named as the sections, sharing the volume's points).
+
+    Raises:
+        ValueError: not a CGNS file, a file the reader reports errors for, no time ``time``,
+            or no zone with points.
+    """
+    from vtkmodules.util.misc import calldata_type
+    from vtkmodules.vtkCommonCore import VTK_STRING
+    from vtkmodules.vtkIOCGNSReader import vtkCGNSReader
+
+    from meshshard.io.vtk_formats import _Part, _update_at
+
+    reader = vtkCGNSReader()
+    if not reader.CanReadFile(str(path)):
+        raise ValueError(f"cannot read {path}: not a CGNS file (neither CGNS/HDF5 nor CGNS/ADF)")
+    errors: List[str] = []
+
+    @calldata_type(VTK_STRING)
+    def on_error(obj, event, message):
+        errors.append(" ".join(str(message).split(": ", 1)[-1].split()))
+
+    reader.AddObserver("ErrorEvent", on_error)
+    reader.SetFileName(str(path))
+    reader.UpdateInformation()
+    if errors:
+        raise ValueError(f"cannot read {path} as CGNS: {'; '.join(errors)}")
+    reader.EnableAllBases()
+    reader.EnableAllPointArrays()
+    reader.EnableAllCellArrays()
+    # Boundary sections only: with LoadBndPatch on as well the reader writes past an array of two
+    # sub-blocks and crashes, and its BC_t reading drops most BC types (see the module doc).
+    reader.LoadBndPatchOff()
+    reader.LoadSurfacePatchOn()
+    out = _update_at(reader, time, path)
+    if errors:
+        raise ValueError(f"cannot read {path} as CGNS: {'; '.join(errors)}")
+    if out is None:
+        raise ValueError(f"cannot read {path} as CGNS: the reader gave no output")
+    zones = _zones(out, path)
+    if not zones:
+        raise ValueError(f"cannot read {path} as CGNS: no zone with points")
+    parts = []
+    for zname, volume, sections in zones:
+        if volume.IsA("vtkStructuredGrid"):
+            volume = _unstructured(volume)
+        owner = len(parts)
+        parts.append(_Part(volume, zname if len(zones) > 1 else ""))
+        for sname, ds in sections:
+            if not ds.IsA("vtkDataSet") or not ds.GetNumberOfCells():
+                continue
+            shares = ds.GetNumberOfPoints() == volume.GetNumberOfPoints() and ds.GetPoints() is volume.GetPoints()
+            parts.append(_Part(ds, sname, points_of=owner if shares else None))
+    return parts
+
