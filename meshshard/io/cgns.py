@@ -120,7 +120,7 @@ def read_cgns_parts(path: Path, time: Optional[float]) -> list:
         raise ValueError(f"cannot read {path} as CGNS: the reader gave no output")
     zones = _zones(out, path)
     if not zones:
-        raise ValueError(f"cannot read {path} as CGNS: no zone with points")
+        raise ValueError(f"cannot read {path} as CGNS: no zone with points (an empty or damaged file)")
     parts = []
     for zname, volume, sections in zones:
         if volume.IsA("vtkStructuredGrid"):

@@ -15,13 +15,14 @@ optionally a ``BC_t`` by a vertex ``PointList``; fields in ``FlowSolution_t`` no
 ``Vertex`` and ``CellCenter``; several times by ``BaseIterativeData_t`` (``TimeValues``) and
 ``ZoneIterativeData_t`` (``FlowSolutionPointers``).
 """
+import itertools
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import h5py
 import numpy as np
 
-__all__ = ["CGNS_TYPES", "write_cgns", "write_structured_cgns"]
+__all__ = ["CGNS_TYPES", "mixed_block", "write_cgns", "write_structured_cgns"]
 
 #: meshio cell type -> CGNS ElementType_t value (node order is VTK's / meshio's for these types)
 CGNS_TYPES = {"line": 3, "triangle": 5, "quad": 7, "tetra": 10, "pyramid": 12, "wedge": 14, "hexahedron": 17}
@@ -62,7 +63,12 @@ def _solution(zone, name: str, location: str, fields: Dict[str, np.ndarray]):
     sol = _node(zone, name, "FlowSolution_t")
     _node(sol, "GridLocation", "GridLocation_t", "C1", _chars(location))
     for k, v in fields.items():
-        _node(sol, k, "DataArray_t", "R8", np.asarray(v, dtype=np.float64))
+        v = np.asarray(v, dtype=np.float64)
+        if v.ndim == 2:  # a vector is one scalar array per component, named <name>X, <name>Y, <name>Z
+            for i, c in enumerate("XYZ"[:v.shape[1]]):
+                _node(sol, f"{k}{c}", "DataArray_t", "R8", v[:, i].copy())
+        else:
+            _node(sol, k, "DataArray_t", "R8", v)
 
 
 def write_cgns(path: Path, zones: List[dict], cell_dim: int = 3, phys_dim: int = 3,
@@ -76,8 +82,9 @@ def write_cgns(path: Path, zones: List[dict], cell_dim: int = 3, phys_dim: int =
             first, then one per boundary patch), and optionally ``bcs`` (a list of
             ``(name, BCType, location, ids)``: location ``"FaceCenter"`` / ``"EdgeCenter"`` with
             ``ids`` the section name it covers, or ``"Vertex"`` with ``ids`` 0-based point ids),
-            ``point_fields`` / ``cell_fields`` (name -> values; with ``times``: a list of such
-            dicts, one per time).
+            ``point_fields`` / ``cell_fields`` (name -> values [n] or [n, 3], a vector written
+            as the arrays ``<name>X <name>Y <name>Z``; with ``times``: a list of such dicts, one
+            per time).
         cell_dim, phys_dim: the base's cell and physical dimensions.
         times: the time values when the fields are given per time.
 
@@ -150,3 +157,37 @@ def write_structured_cgns(path: Path, points: np.ndarray) -> Path:
         for k, c in enumerate("XYZ"):
             _node(gc, f"Coordinate{c}", "DataArray_t", "R8", np.ascontiguousarray(points[..., k]))
     return Path(path)
+
+
+def mixed_block(ny: int = 2, nz: int = 2, x0: float = 0.0) -> dict:
+    """A 3 x ny x nz block of unit cubes starting at x = x0: hexahedra in the first column, two
+    wedges per cube in the second, six tetrahedra per cube in the third (all positively oriented).
+
+    Returns:
+        dict with ``points`` [P, 3], ``hexahedron`` / ``wedge`` / ``tetra`` connectivity (0-based),
+        ``inlet`` (the quads at x = x0) and ``outlet`` (the triangles at x = x0 + 3).
+    """
+    nx = 3
+    pid = lambda i, j, k: i + (nx + 1) * (j + (ny + 1) * k)  # noqa: E731
+    pts = np.array([(x0 + i, j, k) for k in range(nz + 1) for j in range(ny + 1) for i in range(nx + 1)], float)
+    hexes, wedges, tets, inlet, outlet = [], [], [], [], []
+    for k, j in itertools.product(range(nz), range(ny)):
+        def c(a, b, d, i):
+            return pid(i + a, j + b, k + d)
+        hexes.append([c(0, 0, 0, 0), c(1, 0, 0, 0), c(1, 1, 0, 0), c(0, 1, 0, 0),
+                      c(0, 0, 1, 0), c(1, 0, 1, 0), c(1, 1, 1, 0), c(0, 1, 1, 0)])
+        wedges.append([c(0, 0, 0, 1), c(1, 0, 0, 1), c(1, 1, 0, 1), c(0, 0, 1, 1), c(1, 0, 1, 1), c(1, 1, 1, 1)])
+        wedges.append([c(0, 0, 0, 1), c(1, 1, 0, 1), c(0, 1, 0, 1), c(0, 0, 1, 1), c(1, 1, 1, 1), c(0, 1, 1, 1)])
+        for perm in itertools.permutations(range(3)):  # Kuhn's six tetrahedra along the main diagonal
+            v, path = [0, 0, 0], [(0, 0, 0)]
+            for ax in perm:
+                v[ax] = 1
+                path.append(tuple(v))
+            tet = [c(a, b, d, 2) for a, b, d in path]
+            if np.linalg.det(pts[tet[1:]] - pts[tet[0]]) < 0:
+                tet[2], tet[3] = tet[3], tet[2]
+            tets.append(tet)
+        inlet.append([c(0, 0, 0, 0), c(0, 0, 1, 0), c(0, 1, 1, 0), c(0, 1, 0, 0)])
+        outlet += [[c(1, 0, 0, 2), c(1, 1, 0, 2), c(1, 1, 1, 2)], [c(1, 0, 0, 2), c(1, 0, 1, 2), c(1, 1, 1, 2)]]
+    return {"points": pts, "hexahedron": np.array(hexes), "wedge": np.array(wedges), "tetra": np.array(tets),
+            "inlet": np.array(inlet), "outlet": np.array(outlet)}
