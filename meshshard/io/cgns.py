@@ -84,7 +84,7 @@ def read_cgns_parts(path: Path, time: Optional[float]) -> list:
 
     Raises:
         ValueError: not a CGNS file, a file the reader reports errors for, no time ``time``,
-            or no zone with points.
+            no zone with points, or cells meshshard does not convert (polyhedra).
     """
     from vtkmodules.util.misc import calldata_type
     from vtkmodules.vtkCommonCore import VTK_STRING
@@ -126,7 +126,10 @@ def read_cgns_parts(path: Path, time: Optional[float]) -> list:
         if volume.IsA("vtkStructuredGrid"):
             volume = _unstructured(volume)
         owner = len(parts)
-        parts.append(_Part(volume, zname if len(zones) > 1 else ""))
+        try:
+            parts.append(_Part(volume, zname if len(zones) > 1 else ""))
+        except ValueError as exc:  # e.g. polyhedra (NGON_n / NFACE_n sections)
+            raise ValueError(f"{path}: zone {zname!r}: {exc}") from exc
         for sname, ds in sections:
             if not ds.IsA("vtkDataSet") or not ds.GetNumberOfCells():
                 continue

@@ -195,6 +195,8 @@ def _read_vertices(path: Path, file_format: Optional[str], time: Optional[float]
         from meshshard.io.pvtu_meshio import read_pvtu_meshio
 
         return read_pvtu_meshio(path)
+    if file_format is None and suffix == ".cgns":
+        return _read_cgns(path, time)
     if file_format is None and (suffix in VTK_SUFFIXES or path.is_dir()):
         return read_vtk(path, time=time)
     if file_format is None and suffix in (".npz", ".npy"):
@@ -210,6 +212,29 @@ def _read_vertices(path: Path, file_format: Optional[str], time: Optional[float]
                     from exc
             return read_vtk(path, time=time)
     return _read_meshio(path, file_format)
+
+
+def _read_cgns(path: Path, time: Optional[float]) -> Mesh:
+    """A CGNS file through vtkCGNSReader; a file in meshio's own ``.cgns`` layout (no
+    ``CGNSBase_t``, which VTK does not open) through meshio."""
+    from meshshard._optional import has_module
+    from meshshard.io.vtk_formats import read_vtk
+
+    if has_module("vtk"):
+        try:
+            return read_vtk(path, time=time)
+        except ValueError as exc:
+            if "not a CGNS file" not in str(exc):
+                raise
+            try:
+                return _read_meshio(path, None)
+            except ValueError:
+                raise exc from None
+    try:
+        return _read_meshio(path, None)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (CGNS files are read through the vtk package: pip install 'meshshard[vtk]')") \
+            from exc
 
 
 def _read_error(path: Path, fmt: str, why: str) -> ValueError:

@@ -22,7 +22,7 @@ from typing import Dict, List, Optional, Sequence
 import h5py
 import numpy as np
 
-__all__ = ["CGNS_TYPES", "mixed_block", "write_cgns", "write_structured_cgns"]
+__all__ = ["CGNS_TYPES", "mixed_block", "write_cgns", "write_polyhedral_cgns", "write_structured_cgns"]
 
 #: meshio cell type -> CGNS ElementType_t value (node order is VTK's / meshio's for these types)
 CGNS_TYPES = {"line": 3, "triangle": 5, "quad": 7, "tetra": 10, "pyramid": 12, "wedge": 14, "hexahedron": 17}
@@ -191,3 +191,24 @@ def mixed_block(ny: int = 2, nz: int = 2, x0: float = 0.0) -> dict:
         outlet += [[c(1, 0, 0, 2), c(1, 1, 0, 2), c(1, 1, 1, 2)], [c(1, 0, 0, 2), c(1, 0, 1, 2), c(1, 1, 1, 2)]]
     return {"points": pts, "hexahedron": np.array(hexes), "wedge": np.array(wedges), "tetra": np.array(tets),
             "inlet": np.array(inlet), "outlet": np.array(outlet)}
+
+
+def write_polyhedral_cgns(path: Path, points: np.ndarray, faces: List[List[int]], cells: List[List[int]]) -> Path:
+    """One unstructured zone of polyhedra: an ``NGON_n`` section of ``faces`` (0-based point ids)
+    and an ``NFACE_n`` section of ``cells`` (1-based signed face numbers), CGNS 4 offsets layout."""
+    with h5py.File(path, "w", track_order=True) as f:
+        base = _root(f, 3, 3)
+        zone = _node(base, "Poly", "Zone_t", "I8", np.array([[len(points)], [len(cells)], [0]], dtype=np.int64))
+        _node(zone, "ZoneType", "ZoneType_t", "C1", _chars("Unstructured"))
+        gc = _node(zone, "GridCoordinates", "GridCoordinates_t")
+        for k, c in enumerate("XYZ"):
+            _node(gc, f"Coordinate{c}", "DataArray_t", "R8", np.asarray(points, np.float64)[:, k].copy())
+        at = 0
+        for name, etype, rows, shift in (("Faces", 22, faces, 1), ("Cells", 23, cells, 0)):
+            el = _node(zone, name, "Elements_t", "I4", np.array([etype, 0], dtype=np.int32))
+            _node(el, "ElementRange", "IndexRange_t", "I8", np.array([at + 1, at + len(rows)], dtype=np.int64))
+            _node(el, "ElementStartOffset", "DataArray_t", "I8", np.cumsum([0] + [len(r) for r in rows]).astype(np.int64))
+            _node(el, "ElementConnectivity", "DataArray_t", "I8",
+                  np.concatenate([np.asarray(r, np.int64) + shift for r in rows]))
+            at += len(rows)
+    return Path(path)

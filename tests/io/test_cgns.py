@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 from meshshard.io import read_mesh
-from tests.io._cgns_file import mixed_block, write_cgns, write_structured_cgns
+from tests.io._cgns_file import mixed_block, write_cgns, write_polyhedral_cgns, write_structured_cgns
 
 import vtk  # noqa: F401  (installed by the [vtk] extra that CI installs: missing means fail, not skip)
 
@@ -153,6 +153,14 @@ def test_structured_zone_reads_as_hexahedra(tmp_path):
     assert not m.boundary_cells and not m.cell_sets
 
 
+def test_polyhedra_are_refused_by_name(tmp_path):
+    pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], float)
+    faces = [[0, 2, 1], [0, 1, 3], [1, 2, 3], [0, 3, 2]]
+    path = write_polyhedral_cgns(tmp_path / "poly.cgns", pts, faces, [[1, 2, 3, 4]])
+    with pytest.raises(ValueError, match=r"poly\.cgns: zone 'Poly': .*polyhedron"):
+        read_mesh(path)
+
+
 def test_not_cgns_or_damaged(tmp_path):
     import h5py
 
@@ -164,6 +172,23 @@ def test_not_cgns_or_damaged(tmp_path):
     for name in ("text", "plain", "cut"):
         with pytest.raises(ValueError, match=rf"{name}\.cgns: not a CGNS file"):
             read_mesh(tmp_path / f"{name}.cgns")
+
+
+def test_meshio_layout_and_missing_vtk(tmp_path, monkeypatch):
+    """meshio writes .cgns without CGNSBase_t (VTK does not open it): such a file goes to meshio;
+    without vtk a CGNS file meshio cannot read names the extra."""
+    import meshio
+    import meshshard._optional as opt
+
+    b = mixed_block(1, 1)
+    meshio.write(tmp_path / "mio.cgns", meshio.Mesh(b["points"], [("tetra", b["tetra"])]))
+    m = read_mesh(tmp_path / "mio.cgns")
+    np.testing.assert_array_equal(m.points, b["points"])
+    np.testing.assert_array_equal(m.cells["tetra"], b["tetra"])
+    path = write_cgns(tmp_path / "m.cgns", [_zone(b)])
+    monkeypatch.setattr(opt, "has_module", lambda name: name != "vtk" and opt.importlib.util.find_spec(name) is not None)
+    with pytest.raises(ValueError, match=r"m\.cgns.*meshshard\[vtk\]"):
+        read_mesh(path)
 
 
 def test_cli_preprocess_gives_boundary_node_types(tmp_path, capsys):
