@@ -24,8 +24,14 @@ each zone is a cell set named as the zone, and the cell field ``block`` numbers 
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import sys
+import tempfile
+import warnings
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 __all__ = ["read_cgns_parts"]
 
@@ -60,6 +66,59 @@ def _zones(out, path: Path) -> List[Tuple[str, object, List[Tuple[str, object]]]
     return [z for z in zones if z[1] is not None and z[1].GetNumberOfPoints()]
 
 
+@contextlib.contextmanager
+def _stderr_text(into: List[str]) -> Iterator[None]:
+    """Append what is written to file descriptor 2 meanwhile (the CGNS I/O layer reports failed
+    reads there, not to VTK) to ``into``."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            into.append(tmp.read().decode(errors="replace"))
+
+
+@contextlib.contextmanager
+def _vtk_messages(path: Path) -> Iterator[None]:
+    """Collect what VTK and the CGNS I/O layer report while reading: an error, or a failed read of a
+    node (the reader then leaves the array unfilled and goes on), raises ValueError; other warnings
+    become Python warnings."""
+    from vtkmodules.vtkCommonCore import vtkObject, vtkOutputWindow, vtkStringOutputWindow
+
+    previous, shown = vtkOutputWindow.GetInstance(), vtkObject.GetGlobalWarningDisplay()
+    window = vtkStringOutputWindow()
+    vtkOutputWindow.SetInstance(window)
+    vtkObject.GlobalWarningDisplayOn()
+    raw: List[str] = []
+    try:
+        with _stderr_text(raw):
+            yield
+    finally:
+        vtkOutputWindow.SetInstance(previous)
+        vtkObject.SetGlobalWarningDisplay(shown)
+    # each VTK message: a header line ("ERROR: In file, line n" / "Warning: ..." / "Generic Warning:
+    # ...") then the text, with the object's address in front
+    messages = [(head, " ".join(re.sub(r"^\w+ \(0x[0-9a-f]+\): ", "", body.strip()).split()))
+                for head, body in re.findall(r"^(ERROR|Warning|Generic Warning): In [^\n]*\n(.*?)(?=\n\n|\Z)",
+                                             window.GetOutput(), flags=re.S | re.M)]
+    # on stderr: VTK's log lines of the same messages (dropped), and the I/O layer's own reports
+    text = re.sub(r"\x1b\[[0-9;]*m\d{4}-\d\d-\d\d [^\x1b]*\x1b\[0m", "", "".join(raw))  # VTK's (coloured) log
+    io_errors = [" ".join(line.split()) for line in re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines()
+                 if line.strip() and not re.search(r"^\d{4}-\d\d-\d\d .*\s(ERR|WARN|INFO)\|", line)]
+    failed = [m for head, m in messages if head == "ERROR" or "cgio_" in m] + io_errors
+    if len(failed) > 1:  # the pipeline's "Algorithm ... returned failure" (an information dump) adds nothing
+        failed = [m for m in failed if not m.startswith("Algorithm ")] or failed
+    if failed:
+        raise ValueError(f"cannot read {path} as CGNS (a damaged or malformed file): {'; '.join(failed)}")
+    for _, m in messages:
+        warnings.warn(f"{path.name}: {m}", stacklevel=5)
+
+
 def _unstructured(ds):
     """A structured grid as an unstructured one (same point and cell order)."""
     from vtkmodules.vtkFiltersCore import vtkAppendFilter
@@ -86,26 +145,18 @@ def read_cgns_parts(path: Path, time: Optional[float]) -> list:
         ValueError: not a CGNS file, a file the reader reports errors for, no time ``time``,
             no zone with points, or cells meshshard does not convert (polyhedra).
     """
-    from vtkmodules.util.misc import calldata_type
-    from vtkmodules.vtkCommonCore import VTK_STRING
     from vtkmodules.vtkIOCGNSReader import vtkCGNSReader
 
     from meshshard.io.vtk_formats import _Part, _update_at
 
     reader = vtkCGNSReader()
-    if not reader.CanReadFile(str(path)):
+    with _stderr_text([]):  # it logs why it cannot; the error below says so
+        cgns = reader.CanReadFile(str(path))
+    if not cgns:
         raise ValueError(f"cannot read {path}: not a CGNS file (neither CGNS/HDF5 nor CGNS/ADF)")
-    errors: List[str] = []
-
-    @calldata_type(VTK_STRING)
-    def on_error(obj, event, message):
-        errors.append(" ".join(str(message).split(": ", 1)[-1].split()))
-
-    reader.AddObserver("ErrorEvent", on_error)
-    reader.SetFileName(str(path))
-    reader.UpdateInformation()
-    if errors:
-        raise ValueError(f"cannot read {path} as CGNS: {'; '.join(errors)}")
+    with _vtk_messages(path):
+        reader.SetFileName(str(path))
+        reader.UpdateInformation()
     reader.EnableAllBases()
     reader.EnableAllPointArrays()
     reader.EnableAllCellArrays()
@@ -113,9 +164,8 @@ def read_cgns_parts(path: Path, time: Optional[float]) -> list:
     # sub-blocks and crashes, and its BC_t reading drops most BC types (see the module doc).
     reader.LoadBndPatchOff()
     reader.LoadSurfacePatchOn()
-    out = _update_at(reader, time, path)
-    if errors:
-        raise ValueError(f"cannot read {path} as CGNS: {'; '.join(errors)}")
+    with _vtk_messages(path):
+        out = _update_at(reader, time, path)
     if out is None:
         raise ValueError(f"cannot read {path} as CGNS: the reader gave no output")
     zones = _zones(out, path)
@@ -127,9 +177,11 @@ def read_cgns_parts(path: Path, time: Optional[float]) -> list:
             volume = _unstructured(volume)
         owner = len(parts)
         try:
-            parts.append(_Part(volume, zname if len(zones) > 1 else ""))
-        except ValueError as exc:  # e.g. polyhedra (NGON_n / NFACE_n sections)
-            raise ValueError(f"{path}: zone {zname!r}: {exc}") from exc
+            part = _Part(volume, zname)
+        except ValueError as exc:  # polyhedra (NGON_n / NFACE_n sections), point numbers out of range
+            raise ValueError(f"{path}: zone {exc}") from exc
+        part.name = zname if len(zones) > 1 else ""  # one zone: no set of every cell
+        parts.append(part)
         for sname, ds in sections:
             if not ds.IsA("vtkDataSet") or not ds.GetNumberOfCells():
                 continue

@@ -87,6 +87,10 @@ class _Part:
         self.point_data.pop(_GHOST, None)
         keep = np.ones(len(types), dtype=bool) if ghost is None else (ghost.astype(np.int64) & _DUPLICATE_CELL) == 0
         self.cells: Dict[str, Tuple[np.ndarray, np.ndarray]] = _group_cells(types, offsets, conn, keep, name)
+        for t, (rows, _) in self.cells.items():
+            if rows.size and (rows.min() < 0 or rows.max() >= n):
+                bad = int(rows.max()) if rows.max() >= n else int(rows.min())
+                raise ValueError(f"{name or 'dataset'}: a {t} cell refers to point {bad}, but there are {n} points")
 
     def _global_ids(self, ds) -> Optional[np.ndarray]:
         from vtkmodules.util.numpy_support import vtk_to_numpy
@@ -325,12 +329,7 @@ def read_vtk(path: PathLike, time: Optional[float] = None) -> Mesh:
     if path.suffix.lower() == ".cgns":
         from meshshard.io.cgns import read_cgns_parts
 
-        vtkObject.GlobalWarningDisplayOff()  # VTK reports read errors on stderr; we raise them instead
-        try:
-            parts = read_cgns_parts(path, time)
-        finally:
-            vtkObject.GlobalWarningDisplayOn()
-        return _merge(parts, path, True)
+        return _merge(read_cgns_parts(path, time), path, True)
     vtkObject.GlobalWarningDisplayOff()  # VTK reports read errors on stderr; we raise them instead
     try:
         out, blocks_are_sets = _read_dataobject(path, time)

@@ -157,7 +157,7 @@ def test_polyhedra_are_refused_by_name(tmp_path):
     pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], float)
     faces = [[0, 2, 1], [0, 1, 3], [1, 2, 3], [0, 3, 2]]
     path = write_polyhedral_cgns(tmp_path / "poly.cgns", pts, faces, [[1, 2, 3, 4]])
-    with pytest.raises(ValueError, match=r"poly\.cgns: zone 'Poly': .*polyhedron"):
+    with pytest.raises(ValueError, match=r"poly\.cgns: zone Poly has cells of a type .*polyhedron"):
         read_mesh(path)
 
 
@@ -172,6 +172,32 @@ def test_not_cgns_or_damaged(tmp_path):
     for name in ("text", "plain", "cut"):
         with pytest.raises(ValueError, match=rf"{name}\.cgns: not a CGNS file"):
             read_mesh(tmp_path / f"{name}.cgns")
+
+
+def _replace(node, values):
+    del node[" data"]
+    node.create_dataset(" data", data=values)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda z: z.__delitem__("GridCoordinates"), "Error while reading mesh coordinates"),
+    (lambda z: _replace(z["GridCoordinates/CoordinateY"], np.arange(3.0)), "cgio_read_data_type"),
+    (lambda z: _replace(z["FlowSolution/p"], np.arange(3.0)), "cgio_read_data_type"),
+    (lambda z: _replace(z["FlowSolutionCell/rho"], np.arange(3.0)), "cgio_read_data_type"),
+    (lambda z: z["Tets/ElementConnectivity/ data"].__setitem__(3, 999), "a tetra cell refers to point 998"),
+])
+def test_malformed_files_are_refused(tmp_path, damage, message):
+    """Arrays missing or shorter than the zone says: VTK's reader reports it and leaves the array
+    unfilled; the read fails naming the problem instead of returning uninitialised values."""
+    import h5py
+
+    b = mixed_block(1, 1)
+    pf, cf = _fields(b)
+    path = write_cgns(tmp_path / "bad.cgns", [_zone(b, point_fields={"p": pf["p"]}, cell_fields=cf)])
+    with h5py.File(path, "a") as f:
+        damage(f["Base/Fluid"])
+    with pytest.raises(ValueError, match=rf"bad\.cgns.*{message}"):
+        read_mesh(path)
 
 
 def test_meshio_layout_and_missing_vtk(tmp_path, monkeypatch):
