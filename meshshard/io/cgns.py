@@ -20,7 +20,16 @@ are used, and a file whose boundary is given by ``BC_t`` point lists alone reads
 sets (``preprocess`` then says so). Structured zones carry no boundary sets.
 
 Several zones are merged into one mesh: points on zone interfaces are kept once (by coordinates),
-each zone is a cell set named as the zone, and the cell field ``block`` numbers the zones.
+each zone is a cell set named as the zone, and the cell field ``block`` numbers the zones. A
+boundary section's cells refer to its zone's points directly (the reader shares them), so no
+coordinate matching is done within a zone.
+
+Damaged or malformed files: a file that is not CGNS is refused before reading; a node the reader
+fails to read (a missing coordinates node, an array shorter than the zone says: the reader then
+leaves the array unfilled and goes on) raises ValueError with the reader's message, collected from
+VTK's output window and from file descriptor 2, where the CGNS I/O layer writes (output another
+thread writes there during the read would be taken for such a report). Not guarded: an
+``ElementConnectivity`` shorter than its ``ElementRange`` declares makes the reader itself crash.
 """
 from __future__ import annotations
 

@@ -152,8 +152,9 @@ def read_mesh(path: PathLike, file_format: Optional[str] = None, nodes: str = "p
         path: a file meshio reads (``.vtu .vtk .msh .su2 .xdmf ...``), a VTK format read through
             the ``vtk`` package (``.vtp .pvtu .pvtp .vtm``, legacy ``.vtk`` polydata, EnSight
             ``.case``, an OpenFOAM ``.foam`` marker file or case folder, a CGNS ``.cgns`` file; see
-            :mod:`meshshard.io.vtk_formats` and :mod:`meshshard.io.cgns`), a ``.npz`` with an array ``points`` [N, d] (every
-            other array with N rows becomes ``point_data``), or a ``.npy`` array [N, d] of points.
+            :mod:`meshshard.io.vtk_formats` and :mod:`meshshard.io.cgns`), a ``.npz`` with an
+            array ``points`` [N, d] (every other array with N rows becomes ``point_data``), or a
+            ``.npy`` array [N, d] of points.
         file_format: meshio format name, to override the guess from the suffix.
         nodes: ``"points"`` (default): the nodes are the mesh vertices. ``"cells"``: the nodes
             are the volume cells (:func:`meshshard.io.cells_as_nodes`: centres as positions, cell

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 from meshshard.io import read_mesh
+from meshshard.io.cgns import read_cgns_parts
 from tests.io._cgns_file import mixed_block, write_cgns, write_polyhedral_cgns, write_structured_cgns
 
 import vtk  # noqa: F401  (installed by the [vtk] extra that CI installs: missing means fail, not skip)
@@ -52,6 +53,9 @@ def test_mixed_elements_fields_and_boundary_sections(tmp_path):
     assert set(m.cell_sets) == {"inlet", "outlet"}
     assert m.node_sets["inlet"].tolist() == np.unique(b["inlet"]).tolist()
     assert m.node_sets["outlet"].tolist() == np.unique(b["outlet"]).tolist()
+
+    # the boundary sections' cells use the zone's points: none converted or matched again
+    assert [p.points_of for p in read_cgns_parts(path, None)] == [None, 0, 0]
 
     cm = read_mesh(path, nodes="cells")
     cells = [c for t in VOLUME for c in b[t].tolist()]
