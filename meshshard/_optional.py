@@ -2,7 +2,7 @@
 
 meshshard's core needs only its declared dependencies; a few features use extras (gmsh to
 generate meshes, h5py for HDF5-backed XDMF files read through meshio, KaMinPar and Mt-KaHyPar as
-graph partitioning engines, vtk for VTK's own formats and OpenFOAM / EnSight cases).
+graph partitioning engines, vtk for VTK's own formats, OpenFOAM / EnSight cases and CGNS files).
 """
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ OPTIONAL_DEPENDENCIES = {
     "h5py": ("h5py", "reading HDF5-backed .xdmf / .h5m files through meshio"),
     "kaminpar": ("meshshard[kaminpar]", "partition(..., method='graph', engine='kaminpar')"),
     "mtkahypar": ("meshshard[mtkahypar]", "partition(..., method='graph', engine='mtkahypar')"),
-    "vtk": ("meshshard[vtk]", "reading VTK formats (.vtp .pvtu .pvtp .vtm, legacy polydata), OpenFOAM and EnSight cases"),
+    "vtk": ("meshshard[vtk]", "reading VTK formats (.vtp .pvtu .pvtp .vtm, legacy polydata), OpenFOAM and EnSight cases, "
+                          "CGNS files"),
 }
 
 

@@ -2,7 +2,8 @@
 write them back (layer 1, single process).
 
 - :func:`read_mesh` reads any meshio format (.vtu .vtk .msh .su2 .xdmf ...) and .npz/.npy clouds;
-  :func:`read_vtk` reads VTK's formats, OpenFOAM and EnSight cases through the ``vtk`` extra.
+  :func:`read_vtk` reads VTK's formats, OpenFOAM and EnSight cases and CGNS files through the
+  ``vtk`` extra.
 - :class:`Mesh` holds points, volume cells, boundary cells, named node sets and point data;
   :meth:`Mesh.edge_index` turns mixed-element connectivity into an undirected graph.
 - :func:`cells_as_nodes` (``read_mesh(path, nodes="cells")``) gives cell-centred data its nodes:

@@ -192,19 +192,21 @@ def read_mesh(path: PathLike, file_format: Optional[str] = None, nodes: str = "p
     Args:
         path: a file meshio reads (``.vtu .vtk .msh .su2 .xdmf ...``), a VTK format read through
             the ``vtk`` package (``.vtp .pvtu .pvtp .vtm``, legacy ``.vtk`` polydata, EnSight
-            ``.case``, an OpenFOAM ``.foam`` marker file or case folder; see
-            :mod:`meshshard.io.vtk_formats`), a ``.npz`` with an array ``points`` [N, d] (every
-            other array with N rows becomes ``point_data``), or a ``.npy`` array [N, d] of points.
+            ``.case``, an OpenFOAM ``.foam`` marker file or case folder, a CGNS ``.cgns`` file; see
+            :mod:`meshshard.io.vtk_formats` and :mod:`meshshard.io.cgns`), a ``.npz`` with an
+            array ``points`` [N, d] (every other array with N rows becomes ``point_data``), or a
+            ``.npy`` array [N, d] of points.
         file_format: meshio format name, to override the guess from the suffix.
         nodes: ``"points"`` (default): the nodes are the mesh vertices. ``"cells"``: the nodes
             are the volume cells (:func:`meshshard.io.cells_as_nodes`: centres as positions, cell
             fields as ``point_data``, cells sharing a face or side as the graph).
-        time: the time to read from an OpenFOAM or EnSight case (default: its last).
+        time: the time to read from an OpenFOAM or EnSight case or a CGNS file (default: its last).
 
     Returns:
         :class:`Mesh` with float64 points [N, d] (d = 2 when the mesh is planar: a zero z column of
         a 2D mesh is dropped), volume ``cells``, ``boundary_cells``, ``cell_sets``/``node_sets``
-        (SU2 markers, gmsh physical groups, VTK block names, OpenFOAM patches), ``point_data``,
+        (SU2 markers, gmsh physical groups, VTK block names, OpenFOAM patches, CGNS boundary
+        sections), ``point_data``,
         ``cell_data`` (fields of the volume cells).
 
     Raises:
@@ -235,6 +237,8 @@ def _read_vertices(path: Path, file_format: Optional[str], time: Optional[float]
         from meshshard.io.pvtu_meshio import read_pvtu_meshio
 
         return read_pvtu_meshio(path)
+    if file_format is None and suffix == ".cgns":
+        return _read_cgns(path, time)
     if file_format is None and (suffix in VTK_SUFFIXES or path.is_dir()):
         return read_vtk(path, time=time)
     if file_format is None and suffix in (".npz", ".npy"):
@@ -250,6 +254,29 @@ def _read_vertices(path: Path, file_format: Optional[str], time: Optional[float]
                     from exc
             return read_vtk(path, time=time)
     return _read_meshio(path, file_format)
+
+
+def _read_cgns(path: Path, time: Optional[float]) -> Mesh:
+    """A CGNS file through vtkCGNSReader; a file in meshio's own ``.cgns`` layout (no
+    ``CGNSBase_t``, which VTK does not open) through meshio."""
+    from meshshard._optional import has_module
+    from meshshard.io.vtk_formats import read_vtk
+
+    if has_module("vtk"):
+        try:
+            return read_vtk(path, time=time)
+        except ValueError as exc:
+            if "not a CGNS file" not in str(exc):
+                raise
+            try:
+                return _read_meshio(path, None)
+            except ValueError:
+                raise exc from None
+    try:
+        return _read_meshio(path, None)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (CGNS files are read through the vtk package: pip install 'meshshard[vtk]')") \
+            from exc
 
 
 def _read_error(path: Path, fmt: str, why: str) -> ValueError:

@@ -2,7 +2,8 @@
 
 Read here: ``.vtp`` surfaces, ``.pvtu`` / ``.pvtp`` pieces (merged), legacy ``.vtk`` polydata
 (unstructured grids are read by meshio), ``.vtm`` multiblocks (blocks merged, each block a named
-set), OpenFOAM cases (a ``.foam`` marker file or the case folder) and EnSight ``.case`` files.
+set), OpenFOAM cases (a ``.foam`` marker file or the case folder), EnSight ``.case`` files and
+CGNS files (``.cgns``: zones, fields and boundary sections; see :mod:`meshshard.io.cgns`).
 Point and cell data both come through; cell data of the volume cells becomes
 :attr:`meshshard.io.Mesh.cell_data`.
 
@@ -29,7 +30,7 @@ __all__ = ["VTK_SUFFIXES", "read_vtk", "is_openfoam_case", "vtk_cell_type_names"
 PathLike = Union[str, os.PathLike]
 
 #: Suffixes read through the ``vtk`` package (legacy ``.vtk`` goes to it when meshio cannot read it).
-VTK_SUFFIXES = (".vtp", ".pvtu", ".pvtp", ".vtm", ".foam", ".case")
+VTK_SUFFIXES = (".vtp", ".pvtu", ".pvtp", ".vtm", ".foam", ".case", ".cgns")
 
 # VTK cell type id -> meshio cell type name (fixed-size cells)
 _VTK_TO_MESHIO = {
@@ -61,23 +62,35 @@ def is_openfoam_case(path: PathLike) -> bool:
 
 
 class _Part:
-    """One dataset as numpy arrays: points, cells (with their original index), point and cell fields."""
+    """One dataset as numpy arrays: points, cells (with their original index), point and cell fields.
 
-    def __init__(self, ds, name: str):
+    ``points_of``: the index of an earlier part whose points (and point fields) this part's cells
+    refer to (a CGNS boundary section shares its zone's points); its own are then not converted.
+    """
+
+    def __init__(self, ds, name: str, points_of: Optional[int] = None):
         from vtkmodules.util.numpy_support import vtk_to_numpy
 
         self.name = name
+        self.points_of = points_of
         n = ds.GetNumberOfPoints()
-        self.points = vtk_to_numpy(ds.GetPoints().GetData()).astype(np.float64).reshape(n, 3) if n else \
-            np.empty((0, 3))
-        self.point_data = _fields(ds.GetPointData(), n)
-        self.global_ids = self._global_ids(ds)
+        if points_of is None:
+            self.points = vtk_to_numpy(ds.GetPoints().GetData()).astype(np.float64).reshape(n, 3) if n else \
+                np.empty((0, 3))
+            self.point_data = _fields(ds.GetPointData(), n)
+            self.global_ids = self._global_ids(ds)
+        else:
+            self.points, self.point_data, self.global_ids = np.empty((0, 3)), {}, None
         types, offsets, conn = _cell_arrays(ds)
         self.cell_data = _fields(ds.GetCellData(), len(types))
         ghost = self.cell_data.pop(_GHOST, None)
         self.point_data.pop(_GHOST, None)
         keep = np.ones(len(types), dtype=bool) if ghost is None else (ghost.astype(np.int64) & _DUPLICATE_CELL) == 0
         self.cells: Dict[str, Tuple[np.ndarray, np.ndarray]] = _group_cells(types, offsets, conn, keep, name)
+        for t, (rows, _) in self.cells.items():
+            if rows.size and (rows.min() < 0 or rows.max() >= n):
+                bad = int(rows.max()) if rows.max() >= n else int(rows.min())
+                raise ValueError(f"{name or 'dataset'}: a {t} cell refers to point {bad}, but there are {n} points")
 
     def _global_ids(self, ds) -> Optional[np.ndarray]:
         from vtkmodules.util.numpy_support import vtk_to_numpy
@@ -288,14 +301,16 @@ def read_vtk(path: PathLike, time: Optional[float] = None) -> Mesh:
     """Read a VTK format (see the module doc) into a :class:`Mesh`.
 
     Args:
-        path: a ``.vtp .pvtu .pvtp .vtm .vtk .case`` file, a ``.foam`` marker file, or an OpenFOAM
-            case folder.
-        time: the time to read from a time-dependent source (OpenFOAM, EnSight); default its last.
+        path: a ``.vtp .pvtu .pvtp .vtm .vtk .case .cgns`` file, a ``.foam`` marker file, or an
+            OpenFOAM case folder.
+        time: the time to read from a time-dependent source (OpenFOAM, EnSight, CGNS); default
+            its last.
 
     Returns:
         :class:`Mesh`: float64 points (d = 2 when planar), volume ``cells`` (the highest
         dimension present; a surface's polygons give their edge graph), ``boundary_cells``, one
-        cell set per block of a multiblock (OpenFOAM patches, EnSight parts, ``.vtm`` block names),
+        cell set per block of a multiblock (OpenFOAM patches, EnSight parts, ``.vtm`` block names,
+        CGNS boundary sections and, when there are several, zones),
         ``point_data``, ``cell_data`` of the volume cells (OpenFOAM's cell fields; its point
         fields are VTK's interpolation of them), and for a multiblock of several volume
         blocks the integer cell field ``block`` (its position among the blocks; names in the sets).
@@ -311,6 +326,10 @@ def read_vtk(path: PathLike, time: Optional[float] = None) -> Mesh:
         raise FileNotFoundError(f"mesh file not found: {path}")
     from vtkmodules.vtkCommonCore import vtkObject
 
+    if path.suffix.lower() == ".cgns":
+        from meshshard.io.cgns import read_cgns_parts
+
+        return _merge(read_cgns_parts(path, time), path, True)
     vtkObject.GlobalWarningDisplayOff()  # VTK reports read errors on stderr; we raise them instead
     try:
         out, blocks_are_sets = _read_dataobject(path, time)
@@ -340,12 +359,14 @@ def _merge(parts: List[_Part], path: Path, blocks_are_sets: bool) -> Mesh:
     """One :class:`Mesh` from parts, each shared point once."""
     points = np.concatenate([p.points for p in parts])
     starts = np.cumsum([0] + [len(p.points) for p in parts])
-    if len(parts) == 1:
+    owners = [p for p in parts if p.points_of is None]
+    offset = [starts[i if p.points_of is None else p.points_of] for i, p in enumerate(parts)]
+    if len(owners) == 1:
         new_id = np.arange(len(points))
         first = new_id
     else:
-        if all(p.global_ids is not None for p in parts):
-            key = np.concatenate([p.global_ids for p in parts])
+        if all(p.global_ids is not None for p in owners):
+            key = np.concatenate([p.global_ids for p in owners])
             _, first, inv = np.unique(key, return_index=True, return_inverse=True)
         else:
             _, first, inv = np.unique(points, axis=0, return_index=True, return_inverse=True)
@@ -363,7 +384,7 @@ def _merge(parts: List[_Part], path: Path, blocks_are_sets: bool) -> Mesh:
     by_type: Dict[str, List[Tuple[int, np.ndarray, np.ndarray]]] = {}
     for i, p in enumerate(parts):
         for t, (rows, idx) in p.cells.items():
-            by_type.setdefault(t, []).append((i, new_id[rows + starts[i]], idx))
+            by_type.setdefault(t, []).append((i, new_id[rows + offset[i]], idx))
     dims = {t: topological_dim(t) for t in by_type}
     top = max((d for d in dims.values() if d >= 1), default=None)
     cells, boundary, sets = {}, {}, {}
