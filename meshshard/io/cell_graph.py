@@ -119,11 +119,17 @@ def cell_faces(cells: Mapping[str, np.ndarray], polyhedra: Optional[Polyhedra] =
 
 def _polyhedron_faces(polyhedra: Polyhedra, width: int) -> np.ndarray:
     """The faces of ``polyhedra`` as rows [F, width] of sorted nodes, -1 padding first."""
-    sizes = polyhedra.face_sizes()
-    face = np.repeat(np.arange(polyhedra.num_faces), sizes)
-    nodes = polyhedra.face_nodes[np.lexsort((polyhedra.face_nodes, face))]  # sorted within each face
-    col = width - sizes[face] + (np.arange(len(face)) - polyhedra.face_offsets[face])
-    out = np.full((polyhedra.num_faces, width), -1, dtype=np.int64)
+    return sorted_faces(polyhedra.face_nodes, polyhedra.face_offsets, width)
+
+
+def sorted_faces(face_nodes: np.ndarray, face_offsets: np.ndarray, width: int) -> np.ndarray:
+    """Faces of any sizes (``face_nodes`` [S] concatenated, ``face_offsets`` [F + 1]) as rows
+    [F, width] of their nodes sorted ascending, the -1 padding first (so equal faces are equal rows)."""
+    sizes = np.diff(face_offsets)
+    face = np.repeat(np.arange(len(sizes)), sizes)
+    nodes = face_nodes[np.lexsort((face_nodes, face))]  # sorted within each face
+    col = width - sizes[face] + (np.arange(len(face)) - face_offsets[face])
+    out = np.full((len(sizes), width), -1, dtype=np.int64)
     out[face, col] = nodes
     return out
 
