@@ -188,7 +188,8 @@ def write_openfoam_polyhedra(case: Path) -> dict:
         ``"polyhedron"``), ``centre`` [C, 3] (volume centroid), ``faces`` (list of point-id tuples,
         the cell's faces) and ``points_of`` (sorted point ids); ``patch_faces`` name -> list of
         point-id tuples; ``p`` time -> [C]; ``face_sides`` the sorted point-id pairs of every
-        face side (the vertex graph's edges).
+        face side (the vertex graph's edges); ``internal`` the (owner, neighbour) cell pairs of the
+        internal faces (the cell graph's edges).
     """
     case = Path(case)
     cells = []  # (kind, coarse faces as coordinate cycles, volume centroid)
@@ -272,4 +273,4 @@ def write_openfoam_polyhedra(case: Path) -> dict:
     return {"points": points, "kind": [k for k, _, _ in cells], "centre": centre, "faces": cell_faces,
             "points_of": [sorted({q for f in fs for q in f}) for fs in cell_faces],
             "patch_faces": {name: [f for _, f in sorted(entries)] for name, entries in patches.items()},
-            "p": p, "face_sides": sides}
+            "p": p, "face_sides": sides, "internal": list(zip(owner[:len(internal)], neighbour))}

@@ -266,7 +266,7 @@ def test_bad_vtk_files(tmp_path):
     (tmp_path / "notacase").mkdir()
     with pytest.raises(ValueError, match="directory"):
         read_mesh(tmp_path / "notacase")
-    # a polyhedron is named, not dropped
+    # a polyhedron (here a tetrahedron given by its face stream) is read with its faces
     ug = vtk.vtkUnstructuredGrid()
     p = vtk.vtkPoints()
     for xyz in [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)]:
@@ -280,5 +280,7 @@ def test_bad_vtk_files(tmp_path):
     mb = vtk.vtkMultiBlockDataSet()
     mb.SetBlock(0, ug)
     _writer(vtk.vtkXMLMultiBlockDataWriter, tmp_path / "poly.vtm", mb)
-    with pytest.raises(ValueError, match="polyhedron"):
-        read_mesh(tmp_path / "poly.vtm")
+    m = read_mesh(tmp_path / "poly.vtm")
+    assert m.cells == {} and m.num_cells == 1 and m.cell_counts() == {"polyhedron": 1}
+    assert [f.tolist() for f in m.polyhedra.faces(0)] == [[0, 1, 2], [0, 1, 3], [1, 2, 3], [0, 2, 3]]
+    assert m.edge_index().shape[1] == 12  # the tetrahedron's 6 edges, both directions
