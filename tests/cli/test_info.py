@@ -142,10 +142,10 @@ def test_info_counts_polyhedra(tmp_path, capsys):
 
     write_openfoam_polyhedra(tmp_path / "snappy")
     capsys.readouterr()
-    assert main(["info", str(tmp_path / "snappy"), "--nodes", "cells", "--json"]) == 0
+    assert main(["info", str(tmp_path / "snappy" / "case.foam"), "--nodes", "cells", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["cells"] == {"hexahedron": 10, "wedge": 4, "polyhedron": 2} and data["num_nodes"] == 16
     assert data["boundary_cells"] == {"quad": 30, "polygon5": 6, "triangle": 8}
     assert data["num_edges"] == 2 * 27 and data["node_sets"] == {"inlet": 2, "outlet": 8, "walls": 16}
-    assert main(["info", str(tmp_path / "snappy")]) == 0
+    assert main(["info", str(tmp_path / "snappy" / "case.foam")]) == 0
     assert "cells: hexahedron 10, wedge 4, polyhedron 2" in capsys.readouterr().out
