@@ -128,7 +128,14 @@ class Polyhedra:
         return np.repeat(np.arange(self.num_cells, dtype=np.int64), np.diff(self.cell_offsets))
 
     def faces(self, i: int) -> list:
-        """The faces of polyhedron ``i``, each an int64 array of node ids in cycle order."""
+        """The faces of polyhedron ``i``.
+
+        Args:
+            i: the polyhedron, in ``[0, P)``.
+
+        Returns:
+            list of int64 arrays, the node ids of each face in cycle order.
+        """
         lo, hi = self.cell_offsets[i], self.cell_offsets[i + 1]
         return [self.face_nodes[self.face_offsets[f]:self.face_offsets[f + 1]] for f in range(lo, hi)]
 
@@ -194,7 +201,14 @@ class Polyhedra:
         return out
 
     def subset(self, idx) -> "Polyhedra":
-        """The polyhedra ``idx`` (int array of polyhedron numbers, any order), in that order."""
+        """Some of the polyhedra.
+
+        Args:
+            idx: int array of polyhedron numbers, any order.
+
+        Returns:
+            :class:`Polyhedra` of those polyhedra in that order (node ids unchanged).
+        """
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
         nf = np.diff(self.cell_offsets)[idx]
         face_ids = np.concatenate([np.arange(self.cell_offsets[i], self.cell_offsets[i + 1]) for i in idx]) \
@@ -205,12 +219,26 @@ class Polyhedra:
         return Polyhedra(nodes, np.concatenate([[0], np.cumsum(sizes)]), np.concatenate([[0], np.cumsum(nf)]))
 
     def renumbered(self, new_id: np.ndarray) -> "Polyhedra":
-        """The same polyhedra with every node id ``i`` replaced by ``new_id[i]``."""
+        """The same polyhedra with new node ids.
+
+        Args:
+            new_id: int array, ``new_id[i]`` the new id of node ``i``.
+
+        Returns:
+            :class:`Polyhedra`.
+        """
         return Polyhedra(np.asarray(new_id, dtype=np.int64)[self.face_nodes], self.face_offsets, self.cell_offsets)
 
     @staticmethod
     def concatenate(parts: Sequence["Polyhedra"]) -> "Polyhedra":
-        """One :class:`Polyhedra` of ``parts`` in order (node ids as they are)."""
+        """Polyhedra one after another.
+
+        Args:
+            parts: :class:`Polyhedra` objects, their node ids in one numbering.
+
+        Returns:
+            :class:`Polyhedra` of ``parts`` in order.
+        """
         nodes = np.concatenate([p.face_nodes for p in parts]) if parts else np.empty(0, dtype=np.int64)
         fo, co, fat, cat = [np.zeros(1, np.int64)], [np.zeros(1, np.int64)], 0, 0
         for p in parts:
