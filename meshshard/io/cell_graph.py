@@ -20,7 +20,7 @@ import torch
 from meshshard.io.cell_edges import coalesce_undirected, topological_dim
 from meshshard.io.polyhedra import Polyhedra
 
-__all__ = ["CELL_FACES", "cell_faces", "cell_adjacency", "cell_centroids", "cell_offsets"]
+__all__ = ["CELL_FACES", "cell_faces", "cell_adjacency", "cell_centroids", "cell_offsets", "sorted_faces"]
 
 _TRI_SIDES = ((0, 1), (1, 2), (2, 0))
 _QUAD_SIDES = ((0, 1), (1, 2), (2, 3), (3, 0))

@@ -33,7 +33,7 @@ from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["POLYHEDRON", "VTK_POLYHEDRON", "Polyhedra"]
+__all__ = ["POLYHEDRON", "VTK_POLYHEDRON", "Polyhedra", "ragged_take"]
 
 #: the cell type name of polyhedra in ``Mesh.cell_sets`` and cell counts
 POLYHEDRON = "polyhedron"
@@ -51,6 +51,24 @@ def _offsets(name: str, arr, length: int) -> np.ndarray:
         raise ValueError(f"polyhedra {name} must start at 0, end at {length} and strictly increase "
                          f"(every polyhedron a face, every face a node), got {a[:8].tolist()}...{a[-1]}")
     return a
+
+
+def ragged_take(offsets: np.ndarray, idx: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The positions of rows ``idx`` of a ragged array, without a loop over the rows.
+
+    Args:
+        offsets: int64 [R + 1], row ``r`` spans ``offsets[r]:offsets[r + 1]``.
+        idx: int64 [K], the rows wanted, any order.
+
+    Returns:
+        ``(positions, lengths)``: int64 [sum of lengths] the positions of those rows one after
+        another, and int64 [K] the length of each.
+    """
+    offsets = np.asarray(offsets, dtype=np.int64)
+    idx = np.asarray(idx, dtype=np.int64)
+    lengths = offsets[idx + 1] - offsets[idx]
+    shift = offsets[idx] - np.concatenate([[0], np.cumsum(lengths)[:-1]]) if len(idx) else np.empty(0, np.int64)
+    return np.repeat(shift, lengths) + np.arange(int(lengths.sum()), dtype=np.int64), lengths
 
 
 class Polyhedra:
@@ -210,13 +228,10 @@ class Polyhedra:
             :class:`Polyhedra` of those polyhedra in that order (node ids unchanged).
         """
         idx = np.asarray(idx, dtype=np.int64).reshape(-1)
-        nf = np.diff(self.cell_offsets)[idx]
-        face_ids = np.concatenate([np.arange(self.cell_offsets[i], self.cell_offsets[i + 1]) for i in idx]) \
-            if len(idx) else np.empty(0, dtype=np.int64)
-        sizes = np.diff(self.face_offsets)[face_ids]
-        nodes = np.concatenate([self.face_nodes[self.face_offsets[f]:self.face_offsets[f + 1]] for f in face_ids]) \
-            if len(face_ids) else np.empty(0, dtype=np.int64)
-        return Polyhedra(nodes, np.concatenate([[0], np.cumsum(sizes)]), np.concatenate([[0], np.cumsum(nf)]))
+        face_ids, nf = ragged_take(self.cell_offsets, idx)
+        node_ids, sizes = ragged_take(self.face_offsets, face_ids)
+        return Polyhedra(self.face_nodes[node_ids], np.concatenate([[0], np.cumsum(sizes)]),
+                         np.concatenate([[0], np.cumsum(nf)]))
 
     def renumbered(self, new_id: np.ndarray) -> "Polyhedra":
         """The same polyhedra with new node ids.

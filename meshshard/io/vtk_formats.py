@@ -29,7 +29,7 @@ import numpy as np
 from meshshard._optional import require
 from meshshard.io.cell_edges import topological_dim
 from meshshard.io.mesh import Mesh
-from meshshard.io.polyhedra import POLYHEDRON, VTK_POLYHEDRON, Polyhedra
+from meshshard.io.polyhedra import POLYHEDRON, VTK_POLYHEDRON, Polyhedra, ragged_take
 
 __all__ = ["VTK_SUFFIXES", "read_vtk", "is_openfoam_case", "vtk_cell_type_names"]
 
@@ -126,14 +126,9 @@ def _polyhedron_faces(ds, idx: np.ndarray) -> Polyhedra:
     face_conn = vtk_to_numpy(faces.GetConnectivityArray()).astype(np.int64)
     loc_off = vtk_to_numpy(locations.GetOffsetsArray()).astype(np.int64)
     loc_conn = vtk_to_numpy(locations.GetConnectivityArray()).astype(np.int64)
-    nf = loc_off[idx + 1] - loc_off[idx]
-    # the face ids of every wanted cell, in order: a ragged gather from the location lists
-    starts = np.repeat(loc_off[idx] - np.concatenate([[0], np.cumsum(nf)[:-1]]), nf)
-    face_ids = loc_conn[starts + np.arange(int(nf.sum()))]
-    sizes = face_off[face_ids + 1] - face_off[face_ids]
-    starts = np.repeat(face_off[face_ids] - np.concatenate([[0], np.cumsum(sizes)[:-1]]), sizes)
-    nodes = face_conn[starts + np.arange(int(sizes.sum()))]
-    return Polyhedra(nodes, np.concatenate([[0], np.cumsum(sizes)]), np.concatenate([[0], np.cumsum(nf)]))
+    at, nf = ragged_take(loc_off, idx)  # the face ids of every wanted cell, in order
+    at, sizes = ragged_take(face_off, loc_conn[at])
+    return Polyhedra(face_conn[at], np.concatenate([[0], np.cumsum(sizes)]), np.concatenate([[0], np.cumsum(nf)]))
 
 
 def _polyhedron_faces_by_cell(ds, idx: np.ndarray) -> Polyhedra:

@@ -121,3 +121,13 @@ def test_mixed_fixed_cells_and_polyhedra_number_the_polyhedra_last(case):
         want[case["points_of"][c]] = np.maximum(want[case["points_of"][c]], mesh_id)
     assert node_type_from_field(m, "t").tolist() == want.tolist()
     assert torch.equal(m.edge_index(), Mesh(pts, polyhedra=Polyhedra.from_faces(case["faces"])).edge_index())
+
+
+def test_ragged_take():
+    from meshshard.io.polyhedra import ragged_take
+
+    offsets = np.array([0, 2, 2, 5, 6])  # rows [0, 1], [], [2, 3, 4], [5]
+    pos, lengths = ragged_take(offsets, np.array([2, 0, 1, 3, 2]))
+    assert pos.tolist() == [2, 3, 4, 0, 1, 5, 2, 3, 4] and lengths.tolist() == [3, 2, 0, 1, 3]
+    pos, lengths = ragged_take(offsets, np.array([], dtype=np.int64))
+    assert pos.tolist() == [] and lengths.tolist() == []
