@@ -71,6 +71,11 @@ def ragged_take(offsets: np.ndarray, idx: np.ndarray) -> Tuple[np.ndarray, np.nd
     return np.repeat(shift, lengths) + np.arange(int(lengths.sum()), dtype=np.int64), lengths
 
 
+def _sum_rows(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """[n, d]: the sum of the rows of ``values`` [M, d] per ``group`` id (``np.bincount`` per column)."""
+    return np.stack([np.bincount(group, weights=values[:, j], minlength=n) for j in range(values.shape[1])], axis=1)
+
+
 class Polyhedra:
     """Polyhedral cells as flat face arrays (see the module doc).
 
@@ -195,28 +200,24 @@ class Polyhedra:
             raise ValueError(f"polyhedra centroids need 3-D points [N, 3], got shape {points.shape}")
         sizes = self.face_sizes()
         face_of_node = np.repeat(np.arange(self.num_faces), sizes)
-        face_centre = np.zeros((self.num_faces, 3))
-        np.add.at(face_centre, face_of_node, points[self.face_nodes])
-        face_centre /= sizes[:, None]
+        face_centre = _sum_rows(face_of_node, points[self.face_nodes], self.num_faces) / sizes[:, None]
         cell = self.face_cell()
-        faces_per_cell = np.diff(self.cell_offsets)
-        estimate = np.zeros((self.num_cells, 3))
-        np.add.at(estimate, cell, face_centre)
-        estimate /= faces_per_cell[:, None]
+        estimate = _sum_rows(cell, face_centre, self.num_cells) / np.diff(self.cell_offsets)[:, None]
         a, b = self.sides().T
-        fc, cc = face_centre[face_of_node], estimate[cell[face_of_node]]
-        pa, pb = points[a], points[b]
-        # the face's orientation does not matter: |volume| of each tetrahedron (convex faces)
-        vol = np.abs(np.einsum("ij,ij->i", pa - cc, np.cross(pb - cc, fc - cc))) / 6.0
-        tet_centre = (pa + pb + fc + cc) / 4.0
         tet_cell = cell[face_of_node]
+        # one tetrahedron per face side: (a, b, face centre, cell estimate); coordinates as columns,
+        # relative to the cell estimate; the face's orientation does not matter: |volume|
+        cc = estimate[tet_cell]
+        u, v, w = (points[a] - cc).T, (points[b] - cc).T, (face_centre[face_of_node] - cc).T
+        vol = np.abs(u[0] * (v[1] * w[2] - v[2] * w[1]) + u[1] * (v[2] * w[0] - v[0] * w[2])
+                     + u[2] * (v[0] * w[1] - v[1] * w[0])) / 6.0
         total = np.bincount(tet_cell, weights=vol, minlength=self.num_cells)
-        out = np.zeros((self.num_cells, 3))
-        np.add.at(out, tet_cell, tet_centre * vol[:, None])
+        out = np.stack([np.bincount(tet_cell, weights=(u[j] + v[j] + w[j]) * vol, minlength=self.num_cells)
+                        for j in range(3)], axis=1) / 4.0
         ok = total > 0
         out[ok] /= total[ok, None]
-        out[~ok] = estimate[~ok]
-        return out
+        out[~ok] = 0.0
+        return estimate + out  # the tetrahedra's centroids were taken relative to the estimate
 
     def subset(self, idx) -> "Polyhedra":
         """Some of the polyhedra.

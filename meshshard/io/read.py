@@ -181,7 +181,8 @@ def read_mesh(path: PathLike, file_format: Optional[str] = None, nodes: str = "p
 
     Returns:
         :class:`Mesh` with float64 points [N, d] (d = 2 when the mesh is planar: a zero z column of
-        a 2D mesh is dropped), volume ``cells``, ``boundary_cells``, ``cell_sets``/``node_sets``
+        a 2D mesh is dropped), volume ``cells``, ``polyhedra`` (polyhedral cells of OpenFOAM cases and
+        of ``.vtu`` files, read through vtk), ``boundary_cells``, ``cell_sets``/``node_sets``
         (SU2 markers, gmsh physical groups, VTK block names, OpenFOAM patches), ``point_data``,
         ``cell_data`` (fields of the volume cells).
 
