@@ -186,8 +186,10 @@ class Polyhedra:
 
         Each face is cut into triangles from its node average, each triangle with the cell's
         estimated centre (the average of its face centres) forms a tetrahedron, and the cell's
-        centroid is the volume-weighted mean of the tetrahedra's centroids. No point is added to
-        the mesh. A degenerate cell of zero volume gets its estimated centre.
+        centroid is the volume-weighted mean of the tetrahedra's centroids. The volumes are taken
+        unsigned (the faces' orientation is not relied on), which is exact for a cell star-shaped
+        about its estimated centre (every convex cell). No point is added to the mesh. A
+        degenerate cell of zero volume gets its estimated centre.
 
         Args:
             points: float array [N, 3].
