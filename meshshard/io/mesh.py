@@ -241,7 +241,8 @@ class Mesh:
         return edge_index_from_cells(self.cells, self.num_nodes, polyhedra=self.polyhedra)
 
     def __repr__(self) -> str:
-        cells = "{" + ", ".join(f"{t}: {c}" for t, c in self.cell_counts().items()) + "}" if self.num_cells else \
+        cells = "{" + ", ".join(f"{t}: {c}" for t, c in self.cell_counts().items()) + "}" \
+            if self.cells or self.polyhedra is not None else \
             "None (point cloud)" if self.is_point_cloud else "None"
         parts = [f"num_nodes={self.num_nodes}", f"dim={self.dim}", f"cells={cells}"]
         if self.boundary_cells:
