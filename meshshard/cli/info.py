@@ -186,7 +186,7 @@ def _mesh_info(path: Path, args: argparse.Namespace) -> int:
     summary = {
         "source": str(path), "nodes": nodes, "num_nodes": mesh.num_nodes, "dim": mesh.dim,
         "num_edges": int(edges.shape[1]), **mesh_graph_info(mesh),
-        "cells": {t: len(c) for t, c in base.cells.items()},
+        "cells": base.cell_counts(),
         "boundary_cells": {t: len(c) for t, c in base.boundary_cells.items()},
         "node_fields": shapes(mesh.point_data),
         "cell_fields": shapes(mesh.cell_data),

@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         with progress(3, "meshshard partition", not args.quiet) as bar:
             mesh, edge_index, graph_info = load_mesh_and_graph(src, args.knn, bar, nodes=args.nodes)
             mesh.cells.clear()  # the graph is built: free the element arrays before METIS and the part files
+            mesh.polyhedra = None
             mesh.vertex_mesh = None  # (cell-centred: the mesh the cells came from)
             release_free_heap()
             part = run_partition(mesh, edge_index, args.num_parts, args.method, args.seed, not args.no_refine, bar)

@@ -5,7 +5,8 @@ write them back (layer 1, single process).
   :func:`read_vtk` reads VTK's formats, OpenFOAM and EnSight cases and CGNS files through the
   ``vtk`` extra.
 - :class:`Mesh` holds points, volume cells, boundary cells, named node sets and point data;
-  :meth:`Mesh.edge_index` turns mixed-element connectivity into an undirected graph.
+  :meth:`Mesh.edge_index` turns mixed-element connectivity into an undirected graph;
+  :class:`Polyhedra` holds its polyhedral cells (OpenFOAM's) as flat face arrays.
 - :func:`cells_as_nodes` (``read_mesh(path, nodes="cells")``) gives cell-centred data its nodes:
   cell centres joined through shared faces (:func:`cell_adjacency`).
 - :func:`knn_graph` builds a deterministic k-nearest-neighbour graph for point clouds;
@@ -29,6 +30,7 @@ from meshshard.io.mesh import Mesh
 from meshshard.io.meshgraphnets import (MESHGRAPHNETS_NODE_TYPES, count_meshgraphnets, iter_meshgraphnets,
                                         read_meshgraphnets, read_meshgraphnets_meta)
 from meshshard.io.node_types import node_type_from_field
+from meshshard.io.polyhedra import Polyhedra
 from meshshard.io.read import is_reader_field, point_field_names, read_mesh, supported_suffixes
 from meshshard.io.read_trajectory import (iter_trajectories, list_step_files, read_pvd, read_step_files,
                                           read_trajectory, read_xdmf_series)
@@ -40,7 +42,7 @@ from meshshard.io.write_trajectory import write_trajectory
 
 __all__ = [
     # meshes and graphs
-    "Mesh", "read_mesh", "knn_graph", "mesh_graph", "mesh_graph_info", "DEFAULT_KNN", "supported_suffixes",
+    "Mesh", "Polyhedra", "read_mesh", "knn_graph", "mesh_graph", "mesh_graph_info", "DEFAULT_KNN", "supported_suffixes",
     "point_field_names", "is_reader_field", "edge_index_from_cells", "CELL_EDGES",
     # fields by name, and writing
     "parse_field", "select_fields", "field_columns", "check_fields", "POSITION_FIELD", "write_vtu",

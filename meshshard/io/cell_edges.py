@@ -166,7 +166,7 @@ def coalesce_undirected(pairs: np.ndarray, num_nodes: int) -> torch.Tensor:
     return _edge_index_from_keys(np.minimum(a, b) * n + np.maximum(a, b), n)
 
 
-def edge_index_from_cells(cells: Mapping[str, np.ndarray], num_nodes: int) -> torch.Tensor:
+def edge_index_from_cells(cells: Mapping[str, np.ndarray], num_nodes: int, polyhedra=None) -> torch.Tensor:
     """Undirected node graph of a mesh with mixed element types.
 
     Each element edge's key ``min * N + max`` is written straight into one ``int64`` array (self
@@ -175,6 +175,8 @@ def edge_index_from_cells(cells: Mapping[str, np.ndarray], num_nodes: int) -> to
     Args:
         cells: dict cell type -> int array [n_cells, nodes_per_cell].
         num_nodes: number of mesh nodes N.
+        polyhedra: optional :class:`meshshard.io.polyhedra.Polyhedra`: each gives the sides of
+            its faces (a side shared by several faces once).
 
     Returns:
         LongTensor [2, E], both directions, no duplicates, no self loops, sorted by (row 0, row 1).
@@ -187,6 +189,11 @@ def edge_index_from_cells(cells: Mapping[str, np.ndarray], num_nodes: int) -> to
             if c.min() < 0 or c.max() >= num_nodes:
                 raise ValueError(f"cell connectivity refers to node ids outside [0, {num_nodes})")
             blocks.append((c, local))
+    if polyhedra is not None and polyhedra.num_cells:
+        nodes = polyhedra.face_nodes
+        if nodes.min() < 0 or nodes.max() >= num_nodes:
+            raise ValueError(f"polyhedra refer to node ids outside [0, {num_nodes})")
+        blocks.append((polyhedra.sides(), np.array([[0, 1]], dtype=np.int64)))
     if not blocks:
         return torch.empty(2, 0, dtype=torch.long)
     n = np.int64(max(num_nodes, 1))

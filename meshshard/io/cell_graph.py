@@ -3,20 +3,24 @@
 Finite-volume data lives at cell centres; its graph connects two cells through each face they
 share. Faces are matched by their corner nodes, so mixed element types (a hexahedron's quad face
 against a pyramid's base, a wedge's triangle against a tetrahedron's) and quadratic elements (their
-mid-side nodes are ignored) work alike. Cells are numbered as :class:`meshshard.io.Mesh` numbers
-them: the types of ``cells`` in dict order, then the rows of each type. Local node numbering
-follows VTK, as in :mod:`meshshard.io.cell_edges`.
+mid-side nodes are ignored) work alike. Polyhedra (:class:`meshshard.io.polyhedra.Polyhedra`)
+bring their own faces: all their nodes are corners, so a face split by hanging nodes matches only
+the neighbour's face with the same nodes, which is how OpenFOAM stores a face between two cells.
+Cells are numbered as :class:`meshshard.io.Mesh` numbers them: the types of ``cells`` in dict
+order, then the rows of each type, then the polyhedra. Local node numbering follows VTK, as in
+:mod:`meshshard.io.cell_edges`.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Tuple
+from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 
 from meshshard.io.cell_edges import coalesce_undirected, topological_dim
+from meshshard.io.polyhedra import Polyhedra
 
-__all__ = ["CELL_FACES", "cell_faces", "cell_adjacency", "cell_centroids", "cell_offsets"]
+__all__ = ["CELL_FACES", "cell_faces", "cell_adjacency", "cell_centroids", "cell_offsets", "sorted_faces"]
 
 _TRI_SIDES = ((0, 1), (1, 2), (2, 0))
 _QUAD_SIDES = ((0, 1), (1, 2), (2, 3), (3, 0))
@@ -71,11 +75,13 @@ def cell_offsets(cells: Mapping[str, np.ndarray]) -> Dict[str, int]:
     return out
 
 
-def cell_faces(cells: Mapping[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+def cell_faces(cells: Mapping[str, np.ndarray], polyhedra: Optional[Polyhedra] = None) -> Tuple[np.ndarray, np.ndarray]:
     """Every face of every cell as sorted corner nodes.
 
     Args:
         cells: dict cell type -> int array [n_cells, nodes_per_cell] (one topological dimension).
+        polyhedra: optional polyhedral cells, numbered after ``cells``; every node of a
+            polyhedron's face is one of its corners.
 
     Returns:
         ``(faces, owner)``: int64 ``[F, w]`` with each face's corner nodes sorted ascending and
@@ -94,17 +100,41 @@ def cell_faces(cells: Mapping[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray]
         for face in _faces_of_type(t, c.shape[1]):
             blocks.append((np.sort(c[:, list(face)], axis=1), ids))
             width = max(width, len(face))
-    if not blocks:
+    if polyhedra is not None and polyhedra.num_cells:
+        width = max(width, int(polyhedra.face_sizes().max()))
+    if not blocks and (polyhedra is None or not polyhedra.num_cells):
         return np.empty((0, width), dtype=np.int64), np.empty(0, dtype=np.int64)
     faces = np.full((sum(len(f) for f, _ in blocks), width), -1, dtype=np.int64)
     at = 0
     for f, _ in blocks:
         faces[at:at + len(f), width - f.shape[1]:] = f  # the -1 padding first keeps each row sorted
         at += len(f)
-    return faces, np.concatenate([ids for _, ids in blocks])
+    owners = [ids for _, ids in blocks]
+    if polyhedra is not None and polyhedra.num_cells:
+        poly_faces = _polyhedron_faces(polyhedra, width)
+        faces = np.concatenate([faces, poly_faces]) if blocks else poly_faces
+        owners.append(sum(len(c) for c in cells.values()) + polyhedra.face_cell())
+    return faces, np.concatenate(owners)
 
 
-def cell_adjacency(cells: Mapping[str, np.ndarray]) -> torch.Tensor:
+def _polyhedron_faces(polyhedra: Polyhedra, width: int) -> np.ndarray:
+    """The faces of ``polyhedra`` as rows [F, width] of sorted nodes, -1 padding first."""
+    return sorted_faces(polyhedra.face_nodes, polyhedra.face_offsets, width)
+
+
+def sorted_faces(face_nodes: np.ndarray, face_offsets: np.ndarray, width: int) -> np.ndarray:
+    """Faces of any sizes (``face_nodes`` [S] concatenated, ``face_offsets`` [F + 1]) as rows
+    [F, width] of their nodes sorted ascending, the -1 padding first (so equal faces are equal rows)."""
+    sizes = np.diff(face_offsets)
+    face = np.repeat(np.arange(len(sizes)), sizes)
+    nodes = face_nodes[np.lexsort((face_nodes, face))]  # sorted within each face
+    col = width - sizes[face] + (np.arange(len(face)) - face_offsets[face])
+    out = np.full((len(sizes), width), -1, dtype=np.int64)
+    out[face, col] = nodes
+    return out
+
+
+def cell_adjacency(cells: Mapping[str, np.ndarray], polyhedra: Optional[Polyhedra] = None) -> torch.Tensor:
     """The cell graph: two cells are joined when they share a face (3D cells) or a side (2D cells).
 
     A face shared by more than two cells (a non-manifold surface edge) joins every pair of them.
@@ -114,19 +144,22 @@ def cell_adjacency(cells: Mapping[str, np.ndarray]) -> torch.Tensor:
     Args:
         cells: dict cell type -> int array [n_cells, nodes_per_cell], all of one topological
             dimension (a :class:`meshshard.io.Mesh`'s ``cells``).
+        polyhedra: optional polyhedral cells (a mesh's ``polyhedra``), numbered after ``cells``.
 
     Returns:
-        LongTensor [2, E] over the C cells: both directions, no duplicates, no self loops, sorted by
+        LongTensor [2, E] over the C cells (polyhedra included): both directions, no duplicates, no self loops, sorted by
         (row 0, row 1).
 
     Raises:
         ValueError: cells of mixed dimensions, or a type without a face table.
     """
-    dims = {topological_dim(t) for t in cells}
+    has_poly = polyhedra is not None and polyhedra.num_cells > 0
+    dims = {topological_dim(t) for t in cells} | ({3} if has_poly else set())
     if len(dims) > 1:
-        raise ValueError(f"cells must all have one topological dimension to form a cell graph, got {sorted(cells)}")
-    num_cells = sum(len(c) for c in cells.values())
-    faces, owner = cell_faces(cells)
+        raise ValueError(f"cells must all have one topological dimension to form a cell graph, got {sorted(cells)}"
+                         f"{' and polyhedra' if has_poly else ''}")
+    num_cells = sum(len(c) for c in cells.values()) + (polyhedra.num_cells if has_poly else 0)
+    faces, owner = cell_faces(cells, polyhedra)
     if len(faces) < 2:
         return torch.empty(2, 0, dtype=torch.long)
     order = np.lexsort(faces.T[::-1])
@@ -149,15 +182,19 @@ def cell_adjacency(cells: Mapping[str, np.ndarray]) -> torch.Tensor:
     return coalesce_undirected(np.concatenate(pairs), num_cells)
 
 
-def cell_centroids(points: np.ndarray, cells: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The centre of every cell: the mean of its corner nodes.
+def cell_centroids(points: np.ndarray, cells: Mapping[str, np.ndarray],
+                   polyhedra: Optional[Polyhedra] = None) -> np.ndarray:
+    """The centre of every cell: the mean of its corner nodes; for a polyhedron its volume centroid.
 
     For simplices (triangles, tetrahedra) this is the geometric centroid; for other cells the
-    vertex average, which lies inside every convex cell.
+    vertex average, which lies inside every convex cell. A polyhedron's vertex average would lean
+    towards the side with hanging nodes: it gets the volume centroid OpenFOAM computes
+    (:meth:`meshshard.io.polyhedra.Polyhedra.centroids`).
 
     Args:
         points: float array [N, d].
         cells: dict cell type -> int array [n_cells, nodes_per_cell].
+        polyhedra: optional polyhedral cells, numbered after ``cells`` (3-D points).
 
     Returns:
         float64 array [C, d], cells numbered as in :func:`cell_offsets`.
@@ -172,6 +209,8 @@ def cell_centroids(points: np.ndarray, cells: Mapping[str, np.ndarray]) -> np.nd
             faces = _faces_of_type(t, c.shape[1])
             corners = max(max(f) for f in faces) + 1  # corner nodes come first in VTK order
         out.append(points[c[:, :corners]].mean(axis=1))
+    if polyhedra is not None and polyhedra.num_cells:
+        out.append(polyhedra.centroids(points))
     if not out:
         return np.empty((0, points.shape[1]), dtype=np.float64)
     return np.concatenate(out)

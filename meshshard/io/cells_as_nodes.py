@@ -8,6 +8,7 @@ import numpy as np
 from meshshard.io.cell_graph import _faces_of_type, cell_adjacency, cell_centroids, cell_faces, cell_offsets
 from meshshard.io.cell_edges import topological_dim
 from meshshard.io.mesh import Mesh
+from meshshard.io.polyhedra import POLYHEDRON
 
 __all__ = ["cells_as_nodes"]
 
@@ -21,7 +22,8 @@ def cells_as_nodes(mesh: Mesh) -> Mesh:
     Returns:
         :class:`Mesh` with ``nodes == "cells"`` and ``vertex_mesh`` = ``mesh``:
 
-        - ``points`` [C, d]: the cell centres (:func:`meshshard.io.cell_graph.cell_centroids`);
+        - ``points`` [C, d]: the cell centres (:func:`meshshard.io.cell_graph.cell_centroids`;
+          a polyhedron's volume centroid);
         - ``point_data``: ``mesh.cell_data`` (one row per cell);
         - ``edge_index()``: the cell graph (:func:`meshshard.io.cell_graph.cell_adjacency`), cells
           sharing a face in 3D or a side in 2D, both directions, no duplicates;
@@ -30,18 +32,18 @@ def cells_as_nodes(mesh: Mesh) -> Mesh:
           its nodes, the cells with a face whose corners all lie in it.
 
         Cells are numbered as ``mesh`` numbers them (types of ``mesh.cells`` in dict order, then
-        rows), so a cell-node field is cell data of ``mesh`` in that order.
+        rows, then ``mesh.polyhedra``), so a cell-node field is cell data of ``mesh`` in that order.
 
     Raises:
         ValueError: ``mesh`` has no cells (a point cloud), or a cell type has no face table.
     """
-    if not mesh.cells:
+    if not mesh.num_cells:
         raise ValueError(f"{mesh.source or 'this mesh'} has no cells (a point cloud): cell-centred nodes "
                          "need a mesh with cells; read it with nodes='points'")
-    faces, owner = cell_faces(mesh.cells)
+    faces, owner = cell_faces(mesh.cells, mesh.polyhedra)
     sets = _cell_node_sets(mesh, faces, owner)
-    out = Mesh(cell_centroids(mesh.points, mesh.cells), point_data=dict(mesh.cell_data), node_sets=sets,
-               source=mesh.source, graph=cell_adjacency(mesh.cells))
+    out = Mesh(cell_centroids(mesh.points, mesh.cells, mesh.polyhedra), point_data=dict(mesh.cell_data),
+               node_sets=sets, source=mesh.source, graph=cell_adjacency(mesh.cells, mesh.polyhedra))
     out.nodes = "cells"
     out.vertex_mesh = mesh
     return out
@@ -50,12 +52,13 @@ def cells_as_nodes(mesh: Mesh) -> Mesh:
 def _cell_node_sets(mesh: Mesh, faces: np.ndarray, owner: np.ndarray) -> Dict[str, np.ndarray]:
     """Named sets of ``mesh`` as sets of cell ids (see :func:`cells_as_nodes`)."""
     offsets = cell_offsets(mesh.cells)
+    offsets[POLYHEDRON] = sum(len(c) for c in mesh.cells.values())
     top = mesh.topological_dim
     out: Dict[str, np.ndarray] = {}
     for name, per_type in mesh.cell_sets.items():
         chosen = []
         for t, idx in per_type.items():
-            if t in mesh.cells:
+            if t in mesh.cells or t == POLYHEDRON:
                 chosen.append(offsets[t] + idx)
                 continue
             corners = _corners(t, mesh.boundary_cells[t][idx])

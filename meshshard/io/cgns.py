@@ -3,7 +3,7 @@
 What is read, per zone of every base:
 
 - the volume cells of unstructured zones (every element section of the base's cell dimension,
-  mixed element types included; ``NGON_n``/``NFACE_n`` polyhedra are refused by name) and of
+  mixed element types included; ``NGON_n``/``NFACE_n`` sections as :attr:`Mesh.polyhedra`) and of
   structured zones (as hexahedra, or quadrilaterals in 2-D);
 - the fields of ``FlowSolution_t`` nodes: ``Vertex`` fields as point data, ``CellCenter`` fields
   as cell data, at a chosen time when the file has several (``BaseIterativeData_t`` /
@@ -152,7 +152,7 @@ def read_cgns_parts(path: Path, time: Optional[float]) -> list:
 
     Raises:
         ValueError: not a CGNS file, a file the reader reports errors for, no time ``time``,
-            no zone with points, or cells meshshard does not convert (polyhedra).
+            no zone with points, or cells meshshard does not convert.
     """
     from vtkmodules.vtkIOCGNSReader import vtkCGNSReader
 
@@ -187,7 +187,7 @@ def read_cgns_parts(path: Path, time: Optional[float]) -> list:
         owner = len(parts)
         try:
             part = _Part(volume, zname)
-        except ValueError as exc:  # polyhedra (NGON_n / NFACE_n sections), point numbers out of range
+        except ValueError as exc:  # cells of a type not converted, point numbers out of range
             raise ValueError(f"{path}: zone {exc}") from exc
         part.name = zname if len(zones) > 1 else ""  # one zone: no set of every cell
         parts.append(part)

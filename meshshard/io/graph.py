@@ -41,11 +41,12 @@ def mesh_graph_info(mesh, knn: int = DEFAULT_KNN) -> dict:
         ``{"graph": "knn", "knn_k": knn}`` for a point cloud; for a cell-centred mesh
         (``mesh.nodes == "cells"``) ``{"graph": "cell_faces", "nodes": "cells", "cell_types":
         [...]}`` (cells joined through shared faces, the sorted cell types of the mesh they came
-        from); else ``{"graph": "mesh_edges", "cell_types": [...]}`` (the sorted volume cell types).
+        from); else ``{"graph": "mesh_edges", "cell_types": [...]}`` (the sorted volume cell types,
+        ``"polyhedron"`` among them when the mesh has polyhedra).
     """
     if mesh.is_point_cloud:
         return {"graph": "knn", "knn_k": knn}
     if getattr(mesh, "nodes", "points") == "cells":
         base = mesh.vertex_mesh
-        return {"graph": "cell_faces", "nodes": "cells", "cell_types": sorted(base.cells) if base is not None else []}
-    return {"graph": "mesh_edges", "cell_types": sorted(mesh.cells)}
+        return {"graph": "cell_faces", "nodes": "cells", "cell_types": sorted(base.cell_counts()) if base is not None else []}
+    return {"graph": "mesh_edges", "cell_types": sorted(mesh.cell_counts())}

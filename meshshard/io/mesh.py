@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from meshshard.io.cell_edges import edge_index_from_cells, topological_dim
+from meshshard.io.polyhedra import POLYHEDRON, Polyhedra
 
 __all__ = ["Mesh"]
 
@@ -50,6 +51,16 @@ def _validate_cells(cells: Mapping[str, ArrayLike], num_nodes: int, what: str) -
     return out
 
 
+def _validate_polyhedra(polyhedra, num_nodes: int) -> Optional[Polyhedra]:
+    if polyhedra is None:
+        return None
+    if not isinstance(polyhedra, Polyhedra):
+        raise TypeError(f"polyhedra must be a meshshard.io.polyhedra.Polyhedra, got {type(polyhedra).__name__}")
+    if polyhedra.face_nodes.size and (polyhedra.face_nodes.min() < 0 or polyhedra.face_nodes.max() >= num_nodes):
+        raise ValueError(f"polyhedra refer to node ids outside [0, {num_nodes})")
+    return polyhedra if polyhedra.num_cells else None
+
+
 class Mesh:
     r"""A mesh or point cloud: node coordinates plus (optionally) cells and per-node fields.
 
@@ -60,19 +71,24 @@ class Mesh:
         boundary_cells: dict cell type -> int array of the lower-dimensional cells (boundary
             lines of a 2D mesh, boundary triangles of a 3D mesh), kept apart from the volume.
         cell_sets: dict set name -> {cell type -> row indices into ``cells[type]`` or
-            ``boundary_cells[type]``} (e.g. SU2 markers, gmsh physical groups).
+            ``boundary_cells[type]``, or for the type ``"polyhedron"`` into ``polyhedra``} (e.g. SU2
+            markers, gmsh physical groups).
         point_data: dict name -> array with N rows.
         node_sets: dict name -> LongTensor of sorted node ids. Derived from ``cell_sets`` when
             not given.
         source: the file the mesh was read from, if any.
         cell_data: dict name -> array with one row per volume cell, the cells in the order of
-            ``cells`` (its types in dict order, then the rows of each type).
+            ``cells`` (its types in dict order, then the rows of each type), then the polyhedra.
         graph: a fixed node graph, LongTensor [2, E] (both directions), for a mesh whose graph
             does not come from its cells (the cell graph of :func:`meshshard.io.cells_as_nodes`).
             :meth:`edge_index` returns it, and the mesh is then no point cloud.
+        polyhedra: volume cells of variable size (:class:`meshshard.io.polyhedra.Polyhedra`: face
+            arrays; OpenFOAM's cells that are no hexahedron, prism, pyramid or tetrahedron),
+            numbered after the cells of ``cells``; the other volume cells must then be 3D too.
 
     Attributes:
         points, cells, boundary_cells, cell_sets, node_sets, point_data, cell_data, source.
+        polyhedra: the :class:`~meshshard.io.polyhedra.Polyhedra`, or ``None`` when there are none.
         nodes: ``"points"`` (nodes are the mesh's vertices) or ``"cells"`` (set by
             :func:`meshshard.io.cells_as_nodes`: nodes are the cells of ``vertex_mesh``).
         vertex_mesh: the vertex-based mesh a cell-centred mesh was made from, else ``None``.
@@ -89,15 +105,20 @@ class Mesh:
         source: Optional[Union[str, Path]] = None,
         cell_data: Optional[Mapping[str, ArrayLike]] = None,
         graph: Optional[ArrayLike] = None,
+        polyhedra: Optional[Polyhedra] = None,
     ):
         self.points: np.ndarray = _validate_points(points)
         n = self.points.shape[0]
         self.cells: Dict[str, np.ndarray] = _validate_cells(cells or {}, n, "cells")
         self.boundary_cells: Dict[str, np.ndarray] = _validate_cells(boundary_cells or {}, n, "boundary_cells")
-        dims = {topological_dim(t) for t in self.cells}
+        self.polyhedra: Optional[Polyhedra] = _validate_polyhedra(polyhedra, n)
+        if POLYHEDRON in self.cells or POLYHEDRON in self.boundary_cells:
+            raise ValueError(f"{POLYHEDRON!r} cells cannot be a [n, k] array: pass them as polyhedra=Polyhedra(...)")
+        dims = {topological_dim(t) for t in self.cells} | ({3} if self.polyhedra is not None else set())
         if len(dims) > 1:
             raise ValueError(
-                f"cells must all have one topological dimension (got types {sorted(self.cells)}); "
+                f"cells must all have one topological dimension (got types {sorted(self.cells)}"
+                f"{' and polyhedra' if self.polyhedra is not None else ''}); "
                 "pass lower-dimensional cells as boundary_cells"
             )
         self.point_data: Dict[str, np.ndarray] = {}
@@ -111,6 +132,8 @@ class Mesh:
             self.cell_sets[name] = {}
             for ctype, idx in per_type.items():
                 block = self.cells.get(ctype, self.boundary_cells.get(ctype))
+                if ctype == POLYHEDRON and self.polyhedra is not None:
+                    block = self.polyhedra
                 if block is None:
                     raise ValueError(f"cell_sets[{name!r}] refers to cell type {ctype!r} that the mesh has no cells of")
                 idx = _as_numpy(idx).astype(np.int64).reshape(-1)
@@ -145,7 +168,8 @@ class Mesh:
         self.vertex_mesh: Optional["Mesh"] = None
 
     def _set_nodes(self, per_type: Mapping[str, np.ndarray]) -> np.ndarray:
-        chunks = [self.cells.get(t, self.boundary_cells.get(t))[idx].reshape(-1) for t, idx in per_type.items()]
+        chunks = [self.polyhedra.subset(idx).face_nodes if t == POLYHEDRON else
+                  self.cells.get(t, self.boundary_cells.get(t))[idx].reshape(-1) for t, idx in per_type.items()]
         return np.unique(np.concatenate(chunks)) if chunks else np.empty(0, dtype=np.int64)
 
     @classmethod
@@ -173,8 +197,15 @@ class Mesh:
 
     @property
     def num_cells(self) -> int:
-        """Number of volume cells (boundary cells not counted)."""
-        return int(sum(len(c) for c in self.cells.values()))
+        """Number of volume cells, polyhedra included (boundary cells not counted)."""
+        return int(sum(len(c) for c in self.cells.values())) + (self.polyhedra.num_cells if self.polyhedra else 0)
+
+    def cell_counts(self) -> Dict[str, int]:
+        """Number of volume cells per type, in the cell order (``"polyhedron"`` last, when any)."""
+        out = {t: len(c) for t, c in self.cells.items()}
+        if self.polyhedra is not None:
+            out[POLYHEDRON] = self.polyhedra.num_cells
+        return out
 
     @property
     def is_point_cloud(self) -> bool:
@@ -184,10 +215,13 @@ class Mesh:
     @property
     def topological_dim(self) -> Optional[int]:
         """Topological dimension of the volume cells, ``None`` for a point cloud."""
+        if self.polyhedra is not None:
+            return 3
         return topological_dim(next(iter(self.cells))) if self.cells else None
 
     def edge_index(self) -> torch.Tensor:
-        """The undirected node graph from the element edges of the volume cells (or the fixed ``graph``).
+        """The undirected node graph from the element edges of the volume cells (or the fixed ``graph``):
+        a polyhedron gives the sides of its faces.
 
         Returns:
             LongTensor [2, E]: both directions of every edge, no duplicates, no self loops,
@@ -204,10 +238,11 @@ class Mesh:
             )
         if self.graph is not None:
             return self.graph
-        return edge_index_from_cells(self.cells, self.num_nodes)
+        return edge_index_from_cells(self.cells, self.num_nodes, polyhedra=self.polyhedra)
 
     def __repr__(self) -> str:
-        cells = "{" + ", ".join(f"{t}: {len(c)}" for t, c in self.cells.items()) + "}" if self.cells else \
+        cells = "{" + ", ".join(f"{t}: {c}" for t, c in self.cell_counts().items()) + "}" \
+            if self.cells or self.polyhedra is not None else \
             "None (point cloud)" if self.is_point_cloud else "None"
         parts = [f"num_nodes={self.num_nodes}", f"dim={self.dim}", f"cells={cells}"]
         if self.boundary_cells:

@@ -50,4 +50,7 @@ def node_type_from_field(mesh: Mesh, field: str) -> torch.Tensor:
         per_cell = np.repeat(as_int[at:at + len(conn)], conn.shape[1])
         np.maximum.at(out, conn.reshape(-1), per_cell)
         at += len(conn)
+    if mesh.polyhedra is not None:
+        cell, node = mesh.polyhedra.cell_nodes()
+        np.maximum.at(out, node, as_int[at + cell])
     return torch.from_numpy(out)

@@ -121,8 +121,12 @@ class PieceSet:
 
     def cells(self) -> Dict[str, np.ndarray]:
         """The cells grouped by meshio type (first-appearance order): type -> ``int64 [n_type, k]`` point rows."""
+        from meshshard.io.polyhedra import VTK_POLYHEDRON
         from meshshard.io.vtk_formats import _group_cells
 
+        if (self.cell_types == VTK_POLYHEDRON).any():
+            raise ValueError(f"{self.source}: its pieces hold polyhedral cells, which piece-wise reading does not "
+                             "take yet: read the file whole (meshshard.read_mesh, or fewer pieces than ranks)")
         keep = np.ones(len(self.cell_types), dtype=bool)
         return {t: rows for t, (rows, _) in _group_cells(self.cell_types, self.cell_offsets, self.cell_conn, keep,
                                                          str(self.source)).items()}

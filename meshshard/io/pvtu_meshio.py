@@ -71,6 +71,7 @@ class _MeshioPart:
         ghost = self.cell_data.pop(_GHOST, None)
         keep = np.ones(len(t), dtype=bool) if ghost is None else (ghost.astype(np.int64).reshape(-1) & 1) == 0
         self.cells = _group_cells(t, offsets, conn, keep, self.name)
+        self.polyhedra = None  # a polyhedron block of meshio is refused above (its type is no VTK_TO_MESHIO name)
 
 
 def read_pvtu_meshio(path: PathLike) -> Mesh:

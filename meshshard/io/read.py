@@ -169,6 +169,25 @@ def _vtu_point_field_names(path: Path, chunk: int = 1 << 22) -> Optional[List[st
     return None
 
 
+_VTU_FACE_ARRAYS = re.compile(rb"<DataArray\b[^>]*?\bName=\"(faces|face_connectivity|polyhedron_to_faces)\"")
+_VTU_CELLS_END = re.compile(rb"</Cells>|<AppendedData\b")
+
+
+def _vtu_has_polyhedra(path: Path, chunk: int = 1 << 20) -> bool:
+    """Whether a ``.vtu``'s ``<Cells>`` declare polyhedron faces (VTK's ``faces`` array, or the
+    ``face_connectivity`` / ``polyhedron_to_faces`` arrays of VTK 9.4 and later)."""
+    buf = b""
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(chunk)
+            buf += block
+            if _VTU_FACE_ARRAYS.search(buf):
+                return True
+            if not block or _VTU_CELLS_END.search(buf):
+                return False
+            buf = buf[-256:]  # keep a tail: a tag may straddle two chunks
+
+
 def supported_suffixes() -> List[str]:
     """File suffixes :func:`read_mesh` understands (meshio's, ``.npz`` / ``.npy``, and the VTK
     formats of :mod:`meshshard.io.vtk_formats`, which need the extra ``meshshard[vtk]``)."""
@@ -204,7 +223,8 @@ def read_mesh(path: PathLike, file_format: Optional[str] = None, nodes: str = "p
 
     Returns:
         :class:`Mesh` with float64 points [N, d] (d = 2 when the mesh is planar: a zero z column of
-        a 2D mesh is dropped), volume ``cells``, ``boundary_cells``, ``cell_sets``/``node_sets``
+        a 2D mesh is dropped), volume ``cells``, ``polyhedra`` (polyhedral cells of OpenFOAM cases and
+        of ``.vtu`` files, read through vtk), ``boundary_cells``, ``cell_sets``/``node_sets``
         (SU2 markers, gmsh physical groups, VTK block names, OpenFOAM patches, CGNS boundary
         sections), ``point_data``,
         ``cell_data`` (fields of the volume cells).
@@ -243,6 +263,10 @@ def _read_vertices(path: Path, file_format: Optional[str], time: Optional[float]
         return read_vtk(path, time=time)
     if file_format is None and suffix in (".npz", ".npy"):
         return _read_numpy(path)
+    if file_format is None and suffix == ".vtu" and _vtu_has_polyhedra(path):
+        # meshio cannot read a .vtu mixing polyhedra with other cells (nor VTK's newer layout of them)
+        require("vtk", f"reading the polyhedral cells of {path.name}")
+        return read_vtk(path, time=time)
     if file_format is None and suffix == ".vtk":
         try:
             return _read_meshio(path, file_format)

@@ -101,6 +101,10 @@ def _from_meshes(meshes_or_paths, times, labels: List[str], fields: StaticSpec, 
     per_step = []
     for item, label in zip(meshes_or_paths, labels):
         mesh = read_mesh(item) if isinstance(item, (str, Path)) else item
+        if mesh.polyhedra is not None:  # a Trajectory holds [n, k] cells only: its graph would lose them
+            raise ValueError(f"{source}: step {label} has polyhedral cells ({mesh.polyhedra.num_cells}); "
+                             "time series of polyhedral meshes are not read yet: read each step with "
+                             "meshshard.read_mesh")
         if first is None:
             first = mesh
         else:

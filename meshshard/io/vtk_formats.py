@@ -11,6 +11,12 @@ Merging: the blocks of a multiblock and the pieces of a parallel file are concat
 that several of them hold (piece borders, a patch's points on the internal mesh) is kept once:
 matched by the global point id array when every part has one, else by exact coordinates. Cells
 VTK marks as ghost duplicates (``vtkGhostType``) are dropped.
+
+Polyhedra (``VTK_POLYHEDRON``: OpenFOAM's cells that are no hexahedron, prism, pyramid or
+tetrahedron) are read from VTK's face streams into :attr:`meshshard.io.Mesh.polyhedra`
+(:mod:`meshshard.io.polyhedra`), numbered after the fixed-size cells. The OpenFOAM reader is asked
+not to decompose them (VTK 9.4 and later never do; before, ``DecomposePolyhedra`` is switched
+off): decomposing would add a point at every polyhedron's centre.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ import numpy as np
 from meshshard._optional import require
 from meshshard.io.cell_edges import topological_dim
 from meshshard.io.mesh import Mesh
+from meshshard.io.polyhedra import POLYHEDRON, VTK_POLYHEDRON, Polyhedra, ragged_take
 
 __all__ = ["VTK_SUFFIXES", "read_vtk", "is_openfoam_case", "vtk_cell_type_names"]
 
@@ -41,7 +48,7 @@ _VTK_TO_MESHIO = {
 # VTK_PIXEL and VTK_VOXEL number their nodes along the axes: reorder to QUAD / HEXAHEDRON order
 _REORDER = {8: [0, 1, 3, 2], 11: [0, 1, 3, 2, 4, 5, 7, 6]}
 _POLYGON = 7
-_UNSUPPORTED = {2: "poly vertex", 4: "poly line", 6: "triangle strip", 42: "polyhedron"}
+_UNSUPPORTED = {2: "poly vertex", 4: "poly line", 6: "triangle strip", 42: "polyhedron"}  # _Part takes polyhedra apart
 _GHOST = "vtkGhostType"
 _DUPLICATE_CELL = 1
 _GLOBAL_ID_NAMES = ("GlobalPointIds", "GlobalNodeIds", "GlobalNodeId", "GlobalIds", "vtkGlobalIds")
@@ -86,11 +93,17 @@ class _Part:
         ghost = self.cell_data.pop(_GHOST, None)
         self.point_data.pop(_GHOST, None)
         keep = np.ones(len(types), dtype=bool) if ghost is None else (ghost.astype(np.int64) & _DUPLICATE_CELL) == 0
-        self.cells: Dict[str, Tuple[np.ndarray, np.ndarray]] = _group_cells(types, offsets, conn, keep, name)
+        poly = keep & (types == VTK_POLYHEDRON)
+        self.cells: Dict[str, Tuple[np.ndarray, np.ndarray]] = _group_cells(types, offsets, conn, keep & ~poly, name)
         for t, (rows, _) in self.cells.items():
             if rows.size and (rows.min() < 0 or rows.max() >= n):
                 bad = int(rows.max()) if rows.max() >= n else int(rows.min())
                 raise ValueError(f"{name or 'dataset'}: a {t} cell refers to point {bad}, but there are {n} points")
+        #: the polyhedra (node ids of this part) and their cell indices, or None
+        self.polyhedra: Optional[Tuple[Polyhedra, np.ndarray]] = None
+        if poly.any():
+            idx = np.flatnonzero(poly)
+            self.polyhedra = (_polyhedron_faces(ds, idx), idx)
 
     def _global_ids(self, ds) -> Optional[np.ndarray]:
         from vtkmodules.util.numpy_support import vtk_to_numpy
@@ -104,6 +117,47 @@ class _Part:
                     np.issubdtype(self.point_data[name].dtype, np.integer):
                 return self.point_data.pop(name).astype(np.int64)
         return None
+
+
+def _polyhedron_faces(ds, idx: np.ndarray) -> Polyhedra:
+    """The polyhedra ``idx`` of a ``vtkUnstructuredGrid`` from its face streams.
+
+    Args:
+        ds: the grid.
+        idx: int array of the cell ids of its polyhedra (VTK type 42), in the order wanted.
+
+    Returns:
+        :class:`meshshard.io.polyhedra.Polyhedra`, node ids as the grid numbers its points.
+    """
+    from vtkmodules.util.numpy_support import vtk_to_numpy
+
+    idx = np.asarray(idx, dtype=np.int64)
+    if not hasattr(ds, "GetPolyhedronFaces"):  # VTK < 9.4: one face stream per cell
+        return _polyhedron_faces_by_cell(ds, idx)
+    faces, locations = ds.GetPolyhedronFaces(), ds.GetPolyhedronFaceLocations()
+    face_off = vtk_to_numpy(faces.GetOffsetsArray()).astype(np.int64)
+    face_conn = vtk_to_numpy(faces.GetConnectivityArray()).astype(np.int64)
+    loc_off = vtk_to_numpy(locations.GetOffsetsArray()).astype(np.int64)
+    loc_conn = vtk_to_numpy(locations.GetConnectivityArray()).astype(np.int64)
+    at, nf = ragged_take(loc_off, idx)  # the face ids of every wanted cell, in order
+    at, sizes = ragged_take(face_off, loc_conn[at])
+    return Polyhedra(face_conn[at], np.concatenate([[0], np.cumsum(sizes)]), np.concatenate([[0], np.cumsum(nf)]))
+
+
+def _polyhedron_faces_by_cell(ds, idx: np.ndarray) -> Polyhedra:
+    """:func:`_polyhedron_faces` through ``GetFaceStream``, one cell at a time (every VTK 9)."""
+    from vtkmodules.vtkCommonCore import vtkIdList
+
+    ids, cells = vtkIdList(), []
+    for c in idx.tolist():
+        ds.GetFaceStream(c, ids)
+        stream = [ids.GetId(i) for i in range(ids.GetNumberOfIds())]
+        faces, at = [], 1
+        for _ in range(stream[0]):
+            faces.append(stream[at + 1:at + 1 + stream[at]])
+            at += 1 + stream[at]
+        cells.append(faces)
+    return Polyhedra.from_faces(cells)
 
 
 def _fields(data, rows: int) -> Dict[str, np.ndarray]:
@@ -226,6 +280,8 @@ def _read_dataobject(path: Path, time: Optional[float]):
             raise ValueError(f"{path}: not an OpenFOAM case (no system/controlDict beside it)")
         reader.SetFileName(str(marker))
         reader.SkipZeroTimeOff()  # time 0 is a time like any other here
+        if hasattr(reader, "SetDecomposePolyhedra"):  # VTK < 9.4 could split polyhedra, adding centre points
+            reader.SetDecomposePolyhedra(0)
         reader.UpdateInformation()
         reader.EnableAllPatchArrays()
         reader.EnableAllCellArrays()
@@ -308,7 +364,8 @@ def read_vtk(path: PathLike, time: Optional[float] = None) -> Mesh:
 
     Returns:
         :class:`Mesh`: float64 points (d = 2 when planar), volume ``cells`` (the highest
-        dimension present; a surface's polygons give their edge graph), ``boundary_cells``, one
+        dimension present; a surface's polygons give their edge graph), ``polyhedra`` (VTK's
+        polyhedral cells, numbered after ``cells``), ``boundary_cells``, one
         cell set per block of a multiblock (OpenFOAM patches, EnSight parts, ``.vtm`` block names,
         CGNS boundary sections and, when there are several, zones),
         ``point_data``, ``cell_data`` of the volume cells (OpenFOAM's cell fields; its point
@@ -385,8 +442,9 @@ def _merge(parts: List[_Part], path: Path, blocks_are_sets: bool) -> Mesh:
     for i, p in enumerate(parts):
         for t, (rows, idx) in p.cells.items():
             by_type.setdefault(t, []).append((i, new_id[rows + offset[i]], idx))
+    poly_parts = [(i, p.polyhedra) for i, p in enumerate(parts) if p.polyhedra is not None]
     dims = {t: topological_dim(t) for t in by_type}
-    top = max((d for d in dims.values() if d >= 1), default=None)
+    top = max([d for d in dims.values() if d >= 1] + ([3] if poly_parts else []), default=None)
     cells, boundary, sets = {}, {}, {}
     cell_parts: List[Tuple[int, np.ndarray]] = []  # (part, original cell index) of every volume cell in order
     for t, chunks in by_type.items():
@@ -399,6 +457,17 @@ def _merge(parts: List[_Part], path: Path, blocks_are_sets: bool) -> Mesh:
             if target is cells:
                 cell_parts.append((i, idx))
             at += len(c)
+    polyhedra = None
+    if poly_parts:  # numbered after the fixed-size cells, part after part
+        own = [i if parts[i].points_of is None else parts[i].points_of for i, _ in poly_parts]  # whose points
+        polyhedra = Polyhedra.concatenate([ph.renumbered(new_id[starts[o]:starts[o + 1]])
+                                           for o, (_, (ph, _)) in zip(own, poly_parts)])
+        at = 0
+        for i, (ph, idx) in poly_parts:
+            if blocks_are_sets and parts[i].name:
+                sets.setdefault(parts[i].name, {}).setdefault(POLYHEDRON, []).append(np.arange(at, at + len(idx)))
+            cell_parts.append((i, idx))
+            at += len(idx)
     cell_data = _volume_cell_data(parts, cell_parts, path)
     volume_parts = sorted({i for i, _ in cell_parts})
     if blocks_are_sets and len(volume_parts) > 1 and "block" not in cell_data:
@@ -410,7 +479,7 @@ def _merge(parts: List[_Part], path: Path, blocks_are_sets: bool) -> Mesh:
         points = points[:, :2]  # planar: VTK always stores three coordinates
     try:
         return Mesh(points, cells=cells, boundary_cells=boundary, cell_sets=cell_sets, point_data=point_data,
-                    source=path, cell_data=cell_data)
+                    source=path, cell_data=cell_data, polyhedra=polyhedra)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"cannot read {path} through vtk: {exc}") from exc
 

@@ -121,6 +121,25 @@ def _cell_blocks(out, base, name: str, values: np.ndarray) -> List[np.ndarray]:
     return blocks
 
 
+def _write_polyhedral(path: Path, mesh, fields: Mapping, cells: bool) -> None:
+    """:func:`write_vtu` for a mesh with polyhedra: its own volume cells through vtk
+    (:func:`meshshard.io.write_vtk.write_vtu_vtk`; meshio cannot mix polyhedra with other cells)."""
+    from meshshard.io.write_vtk import write_vtu_vtk
+
+    base = _base_mesh(mesh)
+    point_data = {k: np.asarray(v) for k, v in base.point_data.items()}
+    cell_data = {k: np.asarray(v) for k, v in base.cell_data.items()}
+    for name, values in fields.items():
+        values = np.asarray(values)
+        if cells and len(values) != base.num_cells:
+            raise ValueError(f"cell field {name!r} has {len(values)} rows, the mesh {base.num_cells} volume cells")
+        if not cells and len(values) != base.num_nodes:
+            raise ValueError(f"point field {name!r} has {len(values)} rows, the mesh {base.num_nodes} points")
+        (cell_data if cells else point_data)[name] = values
+    with atomic_path(path) as tmp:
+        write_vtu_vtk(tmp, base.points, base.cells, base.polyhedra, point_data, cell_data)
+
+
 def write_vtu(path, mesh, point_data: Optional[Mapping] = None, *, source=None) -> Path:
     """Write ``mesh`` with its point fields and ``point_data`` as a .vtu file, atomically.
 
@@ -128,7 +147,9 @@ def write_vtu(path, mesh, point_data: Optional[Mapping] = None, *, source=None) 
     2D points get a zero z; a point cloud gets one vertex cell per point. A cell-centred mesh
     (``mesh.nodes == "cells"``, :func:`meshshard.io.cells_as_nodes`) is written as the mesh its
     cells came from, and ``point_data`` (one row per node, that is per volume cell) as CELL data
-    of its volume cells; boundary cells of ``source`` get NaN in those fields.
+    of its volume cells; boundary cells of ``source`` get NaN in those fields. A mesh with
+    polyhedra (``mesh.polyhedra``, OpenFOAM) is written through vtk with its volume cells and
+    polyhedra (:func:`meshshard.io.write_vtk.write_vtu_vtk`), whatever ``source``.
 
     Args:
         path: the file to write (replaced if it exists).
@@ -145,8 +166,11 @@ def write_vtu(path, mesh, point_data: Optional[Mapping] = None, *, source=None) 
     import meshio
 
     path = Path(path)
-    out = _output_mesh(mesh, None if source is None else Path(source))
     cells = getattr(mesh, "nodes", "points") == "cells"
+    if _base_mesh(mesh).polyhedra is not None:
+        _write_polyhedral(path, mesh, point_data or {}, cells)
+        return path
+    out = _output_mesh(mesh, None if source is None else Path(source))
     for name, values in (point_data or {}).items():
         if cells:
             out.cell_data[name] = _cell_blocks(out, _base_mesh(mesh), name, values)

@@ -162,8 +162,9 @@ def surface_faces(mesh: Optional[Mesh], keep_cells: Optional[dict] = None):
     """The faces to draw for a mesh in 3D space, as a list of corner arrays ``[F, 3]`` / ``[F, 4]``.
 
     A volume mesh: its outer surface (faces of the volume cells that belong to one cell only;
-    the file's boundary cells when its volume cell types are unknown); with ``keep_cells`` (a bool
-    mask per cell type), the surface of those cells only. A surface mesh (2D cells with 3D
+    the file's boundary cells when its volume cell types are unknown; faces of polyhedra larger
+    than quads as triangle fans); with ``keep_cells`` (a bool mask per cell type, ``"polyhedron"``
+    for the polyhedra), the surface of those cells only. A surface mesh (2D cells with 3D
     points): its cells. ``None`` for a point cloud.
     """
     if mesh is None or mesh.is_point_cloud:
@@ -174,6 +175,8 @@ def surface_faces(mesh: Optional[Mesh], keep_cells: Optional[dict] = None):
     if mesh.topological_dim != 3:
         return None
     tris, quads = [], []
+    if mesh.polyhedra is not None and all(t in CELL_FACES_3D for t in mesh.cells):
+        return _polyhedral_surface(mesh, keep_cells)
     if all(t in CELL_FACES_3D for t in mesh.cells):
         for t, conn in mesh.cells.items():
             if keep_cells is not None:
@@ -187,6 +190,35 @@ def surface_faces(mesh: Optional[Mesh], keep_cells: Optional[dict] = None):
         return None
     faces = [conn[:, : CORNERS_2D[t]] for t, conn in mesh.boundary_cells.items() if t in CORNERS_2D]
     return faces or None
+
+
+def _polyhedral_surface(mesh: Mesh, keep_cells: Optional[dict]):
+    """:func:`surface_faces` of a mesh with polyhedra (``keep_cells`` may mask ``"polyhedron"``):
+    the faces seen once, triangles and quads as they are, larger faces cut into fans."""
+    from meshshard.io.cell_graph import sorted_faces
+    from meshshard.io.polyhedra import POLYHEDRON
+
+    chunks = []  # [n, k] face cycles
+    for t, conn in mesh.cells.items():
+        if keep_cells is not None:
+            conn = conn[keep_cells[t]]
+        tri_local, quad_local = CELL_FACES_3D[t]
+        chunks += [conn[:, list(f)] for f in tri_local + quad_local]
+    poly = mesh.polyhedra if keep_cells is None else mesh.polyhedra.subset(np.flatnonzero(keep_cells[POLYHEDRON]))
+    sizes = np.concatenate([np.full(len(c), c.shape[1]) for c in chunks] + [poly.face_sizes()]).astype(np.int64)
+    nodes = np.concatenate([c.reshape(-1) for c in chunks] + [poly.face_nodes])
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    if not len(sizes):
+        return None
+    _, inverse, counts = np.unique(sorted_faces(nodes, offsets, int(sizes.max())), axis=0, return_inverse=True,
+                                   return_counts=True)
+    once = np.flatnonzero(counts[inverse.reshape(-1)] == 1)
+    out = []
+    for k in np.unique(sizes[once]).tolist():
+        faces = once[sizes[once] == k]
+        rows = nodes[offsets[faces][:, None] + np.arange(k)]
+        out += [rows] if k <= 4 else [rows[:, [0, i, i + 1]] for i in range(1, k - 1)]
+    return out or None
 
 
 def light_direction(elev, azim) -> np.ndarray:

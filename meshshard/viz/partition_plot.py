@@ -296,6 +296,12 @@ def _cutaway(points, mesh, elev, azim):
     # and a section along a cut shows the cells of two parts interleaved
     middle = float(0.55 * points[:, axis].min() + 0.45 * points[:, axis].max())
     keep = {t: (points[conn, axis].mean(1) - middle) * sign < 0 for t, conn in mesh.cells.items()}
+    if mesh.polyhedra is not None:
+        from meshshard.io.polyhedra import POLYHEDRON
+
+        cell, node = mesh.polyhedra.cell_nodes()
+        mean = np.bincount(cell, weights=points[node, axis]) / np.bincount(cell)
+        keep[POLYHEDRON] = (mean - middle) * sign < 0
     faces = surface_faces(mesh, keep)
     if faces is None:
         return None

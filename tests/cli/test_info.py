@@ -135,3 +135,17 @@ def test_info_of_a_mesh_file_and_cells_as_nodes(data_dir, shards, capsys):
     # a folder's nodes are its own
     assert main(["info", str(shards), "--nodes", "cells"]) == 2
     assert "was written with nodes = points; drop --nodes" in capsys.readouterr().err
+
+
+def test_info_counts_polyhedra(tmp_path, capsys):
+    from tests.io._openfoam_case import write_openfoam_polyhedra
+
+    write_openfoam_polyhedra(tmp_path / "snappy")
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "snappy" / "case.foam"), "--nodes", "cells", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["cells"] == {"hexahedron": 10, "wedge": 4, "polyhedron": 2} and data["num_nodes"] == 16
+    assert data["boundary_cells"] == {"quad": 30, "polygon5": 6, "triangle": 8}
+    assert data["num_edges"] == 2 * 27 and data["node_sets"] == {"inlet": 2, "outlet": 8, "walls": 16}
+    assert main(["info", str(tmp_path / "snappy" / "case.foam")]) == 0
+    assert "cells: hexahedron 10, wedge 4, polyhedron 2" in capsys.readouterr().out

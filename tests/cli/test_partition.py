@@ -221,3 +221,18 @@ def test_partition_cells_as_nodes(data_dir, tmp_path, capsys):
     meta = _check_folder(out, mesh, 4, mesh.edge_index())
     assert meta["num_nodes"] == 18042 + 4800
     assert meta["node_sets"] == {k: int(v.numel()) for k, v in mesh.node_sets.items()} and meta["node_sets"]["AIRFOIL"] > 0
+
+
+def test_partition_openfoam_polyhedra(tmp_path):
+    """An OpenFOAM case with polyhedra (hanging nodes) partitions by its vertices and by its cells."""
+    from tests.io._openfoam_case import write_openfoam_polyhedra
+
+    write_openfoam_polyhedra(tmp_path / "snappy")
+    src = tmp_path / "snappy" / "case.foam"
+    for nodes, k in (("points", 3), ("cells", 2)):
+        out = tmp_path / nodes
+        assert main(["partition", str(src), "--nodes", nodes, "-k", str(k), "-o", str(out), "-q"]) == 0
+        mesh = read_mesh(src, nodes=nodes)
+        meta = _check_folder(out, mesh, k, mesh.edge_index())
+        assert meta["cell_types"] == ["hexahedron", "polyhedron", "wedge"]
+        assert meta["num_nodes"] == (48 if nodes == "points" else 16)

@@ -324,3 +324,17 @@ def test_plot_animate_a_rollout_collection(tmp_path, capsys):
                           (["--animate", "--compare", "f", "-k", "2", "-o", str(gif)], "-k: not with --animate")):
         assert main(["plot", str(pvd), *argv, "-q"]) == 2, argv
         assert message in capsys.readouterr().err, argv
+
+
+def test_plot_openfoam_polyhedra(tmp_path):
+    """A mesh with polyhedra is drawn by its surface (the faces of one cell only), cut open too."""
+    from meshshard.io import read_mesh
+    from tests.io._openfoam_case import write_openfoam_polyhedra
+
+    write_openfoam_polyhedra(tmp_path / "snappy")
+    src = tmp_path / "snappy" / "case.foam"
+    png = tmp_path / "p.png"
+    assert main(["plot", str(src), "-k", "3", "-o", str(png), "--dpi", "50", "-q"]) == 0
+    assert (_parts_seen(png, 3) > 50).all()
+    assert main(["plot", str(src), "--nodes", "cells", "--field", "p", "-o", str(png), "--dpi", "40", "-q"]) == 0
+    assert read_mesh(src).polyhedra is not None

@@ -182,3 +182,27 @@ def test_preprocess_cells_as_nodes(tmp_path, data_dir, capsys):
     assert main(["preprocess", str(src), "--nodes", "cells", "-k", "2", "-o", str(tmp_path / "no"),
                  "--features", "pressure", "-q"]) == 2
     assert "cell fields (nodes = cells) missing" in capsys.readouterr().err
+
+
+def test_preprocess_openfoam_polyhedra(tmp_path):
+    """An OpenFOAM case with polyhedra preprocesses by vertices and by cells (cell fields as node fields)."""
+    from meshshard.datasets import read_dataset_meta
+    from meshshard.graph import load_part
+    from meshshard.io import read_mesh
+    from tests.io._openfoam_case import write_openfoam_polyhedra
+
+    write_openfoam_polyhedra(tmp_path / "snappy")
+    src = tmp_path / "snappy" / "case.foam"
+    for nodes in ("points", "cells"):
+        out = tmp_path / nodes
+        assert main(["preprocess", str(src), "--nodes", nodes, "-k", "2", "-o", str(out), "--features", "pos",
+                     "--targets", "p", "--dtype", "float64", "-q"]) == 0
+        meta = read_dataset_meta(out)
+        mesh = read_mesh(src, nodes=nodes)
+        assert meta["samples"][0]["num_nodes"] == mesh.num_nodes == (48 if nodes == "points" else 16)
+        for r in range(2):
+            part = load_part(out / meta["samples"][0]["dir"], r)
+            ids = torch.cat([part["owned_ids"], part["ghost_ids"]])
+            assert torch.equal(part["node_data"]["pos"], torch.from_numpy(mesh.points)[ids])
+            assert torch.equal(part["node_data"]["y"].reshape(-1),
+                               torch.from_numpy(mesh.point_data["p"]).double()[ids])

@@ -157,12 +157,21 @@ def test_structured_zone_reads_as_hexahedra(tmp_path):
     assert not m.boundary_cells and not m.cell_sets
 
 
-def test_polyhedra_are_refused_by_name(tmp_path):
-    pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1]], float)
-    faces = [[0, 2, 1], [0, 1, 3], [1, 2, 3], [0, 3, 2]]
-    path = write_polyhedral_cgns(tmp_path / "poly.cgns", pts, faces, [[1, 2, 3, 4]])
-    with pytest.raises(ValueError, match=r"poly\.cgns: zone Poly has cells of a type .*polyhedron"):
-        read_mesh(path)
+def test_polyhedral_zone_reads_as_polyhedra(tmp_path):
+    """NGON_n / NFACE_n sections: two tetrahedra given as polyhedra sharing a face (Mesh.polyhedra)."""
+    pts = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 1]], float)
+    faces = [[0, 2, 1], [0, 1, 3], [1, 2, 3], [0, 3, 2], [1, 4, 2], [1, 3, 4], [2, 4, 3]]
+    path = write_polyhedral_cgns(tmp_path / "poly.cgns", pts, faces, [[1, 2, 3, 4], [3, 5, 6, 7]])
+    m = read_mesh(path)
+    assert not m.cells and m.polyhedra.num_cells == 2 and m.num_cells == 2
+    np.testing.assert_array_equal(m.points, pts)
+    for cell, want in enumerate([[0, 1, 2, 3], [2, 4, 5, 6]]):
+        assert [sorted(f.tolist()) for f in m.polyhedra.faces(cell)] == [sorted(faces[i]) for i in want]
+    edges = {tuple(e) for e in m.edge_index().t().tolist()}
+    tet_sides = {(a, b) for t in ([0, 1, 2, 3], [1, 2, 3, 4]) for a in t for b in t if a != b}
+    assert edges == tet_sides
+    cells = read_mesh(path, nodes="cells")
+    assert cells.num_nodes == 2 and sorted(map(tuple, cells.edge_index().t().tolist())) == [(0, 1), (1, 0)]
 
 
 def test_not_cgns_or_damaged(tmp_path):

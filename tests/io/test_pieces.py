@@ -108,3 +108,28 @@ def test_write_errors(tmp_path):
     with pytest.raises(ValueError, match="no pieces"):
         write_pvtu(tmp_path / "a.pvtu", [])
     assert not list(tmp_path.iterdir())
+
+
+def test_pieces_with_polyhedra_merge_whole_and_are_refused_piece_wise(tmp_path):
+    """Two pieces of polyhedral meshes (the second shifted apart): read_mesh merges them with every
+    polyhedron renumbered into the merged points; piece-wise reading names what it does not take."""
+    from meshshard.io import Mesh, Polyhedra, write_vtu
+    from tests.io._openfoam_case import write_openfoam_polyhedra
+
+    write_openfoam_polyhedra(tmp_path / "snappy")
+    m = read_mesh(tmp_path / "snappy" / "case.foam")
+    for i in range(2):
+        shifted = Mesh(m.points + [10.0 * i, 0, 0], cells=m.cells, polyhedra=m.polyhedra,
+                       cell_data={"c": np.arange(m.num_cells) + 100 * i})
+        write_vtu(tmp_path / f"piece{i}.vtu", shifted)
+    write_pvtu(tmp_path / "m.pvtu", ["piece0.vtu", "piece1.vtu"], cell_data={"c": np.zeros(1, np.int64)})
+    merged = read_mesh(tmp_path / "m.pvtu")
+    n = m.num_nodes
+    assert merged.num_nodes == 2 * n and merged.cell_counts() == {t: 2 * c for t, c in m.cell_counts().items()}
+    assert merged.polyhedra == Polyhedra.concatenate([m.polyhedra, m.polyhedra.renumbered(np.arange(n) + n)])
+    # cell fields follow the Mesh order: fixed types piece by piece, then the polyhedra piece by piece
+    k = m.num_cells - 2
+    c = merged.cell_data["c"]
+    assert c[-4:].tolist() == [14, 15, 114, 115] and sorted(c[:-4].tolist()) == list(range(k)) + list(range(100, 100 + k))
+    with pytest.raises(ValueError, match="polyhedral cells, which piece-wise reading does not take"):
+        read_pieces(tmp_path / "m.pvtu", [0]).cells()

@@ -232,3 +232,17 @@ def test_unknown_layouts(tmp_path):
 def test_iter_trajectories_of_a_single_case(pvd_case):
     trajs = list(ms.io.iter_trajectories(pvd_case))
     assert len(trajs) == 1 and trajs[0].times.tolist() == TIMES
+
+
+def test_steps_with_polyhedra_are_refused_by_name(tmp_path):
+    """A Trajectory holds [n, k] cells only: steps with polyhedra are named, not read without them."""
+    from meshshard.io import write_vtu
+    from tests.io._openfoam_case import write_openfoam_polyhedra
+
+    write_openfoam_polyhedra(tmp_path / "snappy")
+    m = ms.read_mesh(tmp_path / "snappy" / "case.foam")
+    (tmp_path / "steps").mkdir()
+    for i in range(2):
+        write_vtu(tmp_path / "steps" / f"step_{i}.vtu", m, {"u": np.full(m.num_nodes, float(i))})
+    with pytest.raises(ValueError, match="polyhedral cells"):
+        read_step_files(tmp_path / "steps")

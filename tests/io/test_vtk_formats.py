@@ -3,7 +3,7 @@ import meshio
 import numpy as np
 import pytest
 from meshshard.io import read_mesh
-from tests.io._openfoam_case import write_openfoam_block
+from tests.io._openfoam_case import write_openfoam_block, write_openfoam_polyhedra
 
 import vtk  # installed by the [vtk] extra that CI installs: missing means fail, not skip
 from vtkmodules.util.numpy_support import numpy_to_vtk
@@ -226,6 +226,63 @@ def test_openfoam_case_with_patches_and_times(tmp_path):
     assert cm.node_sets["outlet"].tolist() == [c for c in range(12) if c % 3 == 2]
 
 
+def _cycle_key(face):
+    """A face cycle up to its start and direction."""
+    f = [int(v) for v in face]
+    rots = [f[i:] + f[:i] for i in range(len(f))]
+    return tuple(min(rots + [r[::-1] for r in rots]))
+
+
+def _as_graph(pairs):
+    return sorted({(int(a), int(b)) for a, b in pairs} | {(int(b), int(a)) for a, b in pairs})
+
+
+def test_openfoam_polyhedra_hexahedra_and_prisms(tmp_path):
+    """A snappyHexMesh-like case: two cells beside a refined layer are polyhedra (9 faces, hanging
+    nodes), read with their faces, not refused and not decomposed (no point added)."""
+    from meshshard.io.polyhedra import POLYHEDRON
+    from meshshard.io.vtk_formats import _polyhedron_faces_by_cell
+
+    ref = write_openfoam_polyhedra(tmp_path / "snappy")
+    m = read_mesh(tmp_path / "snappy" / "case.foam")
+    np.testing.assert_array_equal(m.points, ref["points"])  # OpenFOAM's points, no cell centre added
+    assert m.cell_counts() == {"hexahedron": 10, "wedge": 4, POLYHEDRON: 2} and m.topological_dim == 3
+    # Mesh cell order: fixed types in order of appearance (hexahedron, wedge), the polyhedra last
+    foam_of = [c for kind in ("hexahedron", "wedge", "polyhedron") for c, k in enumerate(ref["kind"]) if k == kind]
+    for i, c in enumerate(foam_of[14:]):
+        assert sorted(map(_cycle_key, m.polyhedra.faces(i))) == sorted(map(_cycle_key, ref["faces"][c]))
+    for t, first in (("hexahedron", 0), ("wedge", 10)):
+        for row, c in zip(m.cells[t], foam_of[first:]):
+            assert sorted(row.tolist()) == ref["points_of"][c]
+    np.testing.assert_array_equal(m.cell_data["p"], ref["p"][1][foam_of])
+    np.testing.assert_array_equal(m.cell_data["U"][:, 0], np.array(foam_of, float))
+    # the face streams read one cell at a time (VTK < 9.4) give the same polyhedra
+    from vtkmodules.vtkIOGeometry import vtkOpenFOAMReader
+
+    reader = vtkOpenFOAMReader()
+    reader.SetFileName(str(tmp_path / "snappy" / "case.foam"))
+    reader.Update()
+    grid = reader.GetOutput().GetBlock(0)
+    assert _polyhedron_faces_by_cell(grid, np.array([1, 5])) == m.polyhedra
+    # vertex graph: the sides of every face, once, both directions
+    assert m.edge_index().t().tolist() == [list(e) for e in _as_graph(ref["face_sides"])]
+    # patches: boundary faces (quads, triangles and the polyhedra's 5-node sides) name their points
+    assert sorted(m.boundary_cells) == ["polygon5", "quad", "triangle"]
+    for name, faces in ref["patch_faces"].items():
+        assert m.node_sets[name].tolist() == sorted({v for f in faces for v in f})
+
+    cm = read_mesh(tmp_path / "snappy", nodes="cells")
+    np.testing.assert_allclose(cm.points, ref["centre"][foam_of], atol=1e-12)  # the polyhedra's volume centroids
+    np.testing.assert_array_equal(cm.point_data["p"], ref["p"][1][foam_of])
+    mesh_id = np.argsort(foam_of)
+    assert cm.edge_index().t().tolist() == [list(e) for e in _as_graph([(mesh_id[a], mesh_id[b])
+                                                                      for a, b in ref["internal"]])]
+    for name, faces in ref["patch_faces"].items():
+        owners = {c for c, fs in enumerate(ref["faces"]) for f in fs if _cycle_key(f) in set(map(_cycle_key, faces))}
+        assert cm.node_sets[name].tolist() == sorted(mesh_id[list(owners)].tolist()), name
+    assert cm.node_sets["outlet"].numel() == 8 and cm.node_sets["inlet"].numel() == 2
+
+
 def test_ensight_case(tmp_path):
     ug, pts, tets = _tet_grid(np.random.default_rng(3))
     ug.GetCellData().AddArray(_array("BlockId", np.ones(len(tets), dtype=np.int32)))
@@ -266,7 +323,7 @@ def test_bad_vtk_files(tmp_path):
     (tmp_path / "notacase").mkdir()
     with pytest.raises(ValueError, match="directory"):
         read_mesh(tmp_path / "notacase")
-    # a polyhedron is named, not dropped
+    # a polyhedron (here a tetrahedron given by its face stream) is read with its faces
     ug = vtk.vtkUnstructuredGrid()
     p = vtk.vtkPoints()
     for xyz in [(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 0, 1)]:
@@ -280,5 +337,7 @@ def test_bad_vtk_files(tmp_path):
     mb = vtk.vtkMultiBlockDataSet()
     mb.SetBlock(0, ug)
     _writer(vtk.vtkXMLMultiBlockDataWriter, tmp_path / "poly.vtm", mb)
-    with pytest.raises(ValueError, match="polyhedron"):
-        read_mesh(tmp_path / "poly.vtm")
+    m = read_mesh(tmp_path / "poly.vtm")
+    assert m.cells == {} and m.num_cells == 1 and m.cell_counts() == {"polyhedron": 1}
+    assert [f.tolist() for f in m.polyhedra.faces(0)] == [[0, 1, 2], [0, 1, 3], [1, 2, 3], [0, 2, 3]]
+    assert m.edge_index().shape[1] == 12  # the tetrahedron's 6 edges, both directions

@@ -38,3 +38,27 @@ def test_face_extraction_paths_agree():
     assert len(key) > len(want) > 0
     assert sorted(map(tuple, np.sort(small, 1).tolist())) == sorted(map(tuple, want))
     assert sorted(map(tuple, np.sort(big, 1).tolist())) == sorted(map(tuple, want))
+
+
+def test_surface_of_a_mesh_with_polyhedra(tmp_path):
+    """The surface of the snappy-like OpenFOAM case is its boundary faces: quads and triangles as they
+    are, the polyhedra's 5-node sides as fans of three triangles; the cutaway keeps the far cells."""
+    from meshshard.io import read_mesh
+    from meshshard.io.polyhedra import POLYHEDRON
+    from meshshard.viz._render import surface_faces
+    from tests.io._openfoam_case import write_openfoam_polyhedra
+
+    write_openfoam_polyhedra(tmp_path / "snappy")
+    m = read_mesh(tmp_path / "snappy")
+    faces = surface_faces(m)
+    quads = [f for f in faces if f.shape[1] == 4]
+    tris = np.concatenate([f for f in faces if f.shape[1] == 3])
+    assert sorted(map(sorted, np.concatenate(quads).tolist())) == sorted(map(sorted, m.boundary_cells["quad"].tolist()))
+    assert len(tris) == len(m.boundary_cells["triangle"]) + 3 * len(m.boundary_cells["polygon5"])
+    fans = {frozenset(f) for f in tris.tolist()}
+    for pent in m.boundary_cells["polygon5"].tolist():  # each pentagon: three triangles of its nodes
+        assert sum(1 for f in fans if f <= set(pent)) == 3
+    keep = {t: np.zeros(len(c), dtype=bool) for t, c in m.cells.items()}
+    keep[POLYHEDRON] = np.array([True, False])
+    one = surface_faces(m, keep)  # one polyhedron alone: its 9 faces (4 quads, 4 pentagons as 12 triangles)
+    assert sum(len(f) for f in one if f.shape[1] == 4) == 5 and sum(len(f) for f in one if f.shape[1] == 3) == 12
