@@ -37,6 +37,7 @@ class _MeshioPart:
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - meshio raises many kinds (or exits) on a bad file
             raise ValueError(f"cannot read the piece {path}: {exc or 'meshio cannot read it'}") from exc
         self.name = path.stem
+        self.points_of = None  # every piece holds its own points
         pts = np.asarray(m.points, dtype=np.float64)
         self.points = np.concatenate([pts, np.zeros((len(pts), 3 - pts.shape[1]))], axis=1) if pts.shape[1] < 3 \
             else pts
