@@ -33,6 +33,11 @@ Every figure is a ratio against a baseline measured in the same run:
 8. tries (only with ``--only tries``): ``refine_tries=1`` against ``2`` for kdtree and hilbert on the family at
    ~10k and ~100k nodes, seeds 0-5 (or ``--seeds``): cut / METIS's cut and time / METIS's time per mesh (mean
    and range over the seeds), then mean, worst and the runs above 1.1x / 1.15x over all of them.
+9. heldout (only with ``--only heldout``; issue 40): meshes, sizes and part counts unlike the family the refinement
+   was tuned on: a ~1M-node (quick: ~100k) structured hexahedral block with a cylindrical hole into 16 parts and a
+   NACA 0012 quad O-grid with boundary-layer grading of half as many nodes into 16 and 7 parts, both made with gmsh;
+   kdtree and hilbert (partition + refinement, numba warmed first) timed right next to METIS in three paired rounds
+   (the median ratio) and their cut / METIS's cut.
 
 A last table checks issue 2's targets against the figures above: morton and hilbert <= 2x and
 kdtree <= 3x the argsort time at the largest N (stated for 1e7); imbalance (max part weight /
@@ -40,7 +45,8 @@ mean, itself a ratio) <= 1.01 for the geometric methods; refined edge cut <= 1.3
 kdtree and hilbert on every mesh; hilbert's total cut below morton's; issue 13's for section 6:
 total <= 1.5x (read + edges + METIS), peak memory above the imports <= 3x the mesh arrays; and for
 section 7: refined kdtree and hilbert cut <= 1.15x METIS's, partition + refinement time <= METIS's (paired
-runs, the median over seeds and rounds; the >= 2M lattice: its slowest seed's best time / METIS's).
+runs, the median over seeds and rounds; the >= 2M lattice: its slowest seed's best time / METIS's); and issue 40's
+for section 9: the same two on every held-out case.
 
 Usage::
 
@@ -50,6 +56,7 @@ Usage::
     python benchmarks/bench_partition.py --only family --sizes 10k   # the family section at ~10k nodes only
     python benchmarks/bench_partition.py --only tries    # refine_tries 1 against 2 (about 4 min)
     python benchmarks/bench_partition.py --only compile  # the numba kernels' first compilation (about 3 min)
+    python benchmarks/bench_partition.py --only heldout  # held-out meshes: ~1M-node hex with a hole, airfoil O-grid
 """
 from __future__ import annotations
 
@@ -773,6 +780,157 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
     return worst
 
 
+def cylinder_hex_mesh(num_nodes: int):
+    """A structured hexahedral block with a cylindrical hole (held out: no family mesh is like it).
+
+    An O-grid of four transfinite patches between a circle of radius 0.5 and a 4 x 3 rectangle, graded
+    towards the cylinder, recombined into quads and extruded into hexahedra along z.
+
+    Args:
+        num_nodes: target node count (the mesh lands within a few percent of it).
+
+    Returns:
+        3D :class:`meshshard.Mesh` with ``hexahedron`` cells.
+    """
+    from meshshard.datasets.gmsh_meshes import _run
+    from meshshard.io.mesh import Mesh
+
+    m = max(4, int(round((num_nodes / 2.4) ** (1 / 3))))  # nodes ~ 4 (m - 1) m (0.6 m + 1)
+    layers = max(2, int(round(0.6 * m)))
+
+    def build(gmsh):
+        geo = gmsh.model.geo
+        centre = geo.addPoint(0, 0, 0)
+        angles = np.pi / 4 + np.arange(4) * np.pi / 2
+        inner = [geo.addPoint(0.5 * np.cos(a), 0.5 * np.sin(a), 0) for a in angles]
+        outer = [geo.addPoint(2.0 * np.sign(np.cos(a)), 1.5 * np.sign(np.sin(a)), 0) for a in angles]
+        arcs = [geo.addCircleArc(inner[i], centre, inner[(i + 1) % 4]) for i in range(4)]
+        sides = [geo.addLine(outer[i], outer[(i + 1) % 4]) for i in range(4)]
+        rays = [geo.addLine(inner[i], outer[i]) for i in range(4)]
+        surfaces = [geo.addPlaneSurface([geo.addCurveLoop([arcs[i], rays[(i + 1) % 4], -sides[i], -rays[i]])])
+                    for i in range(4)]
+        for t in arcs + sides:
+            geo.mesh.setTransfiniteCurve(t, m)
+        for t in rays:
+            geo.mesh.setTransfiniteCurve(t, m, "Progression", 1.04)
+        for s in surfaces:
+            geo.mesh.setTransfiniteSurface(s)
+            geo.mesh.setRecombine(2, s)
+        geo.extrude([(2, s) for s in surfaces], 0, 0, 3.0, [layers], recombine=True)
+        geo.synchronize()
+        gmsh.model.mesh.generate(3)
+
+    points, cells = _run(build, 3, 3)
+    return Mesh(points, cells=cells)
+
+
+def naca0012_ogrid_mesh(num_nodes: int):
+    """A NACA 0012 airfoil in a quad O-grid with boundary-layer grading (held out: no family mesh is like it).
+
+    Four transfinite patches between the airfoil (split at the trailing edge, the leading edge and x = 0.3 on
+    both sides) and a far-field circle of radius 12 chords, the radial spacing growing geometrically from the
+    wall (the last cell a few thousand times the first), all quads.
+
+    Args:
+        num_nodes: target node count (the mesh lands within a few percent of it).
+
+    Returns:
+        2D :class:`meshshard.Mesh` with ``quad`` cells.
+    """
+    from meshshard.datasets.gmsh_meshes import _run
+    from meshshard.io.mesh import Mesh
+
+    around = max(4, int(round(np.sqrt(num_nodes / 2.0))))  # nodes per patch side along the wall
+    radial = max(4, int(round(num_nodes / (4 * (around - 1)))))
+
+    def half_thickness(x):
+        return 0.6 * (0.2969 * np.sqrt(x) - 0.1260 * x - 0.3516 * x**2 + 0.2843 * x**3 - 0.1036 * x**4)
+
+    def build(gmsh):
+        geo = gmsh.model.geo
+        k = 200
+        xs = 0.5 * (1 - np.cos(np.linspace(0, np.pi, k)))  # cosine spacing, 0 (leading edge) .. 1 (trailing edge)
+        split = int(np.argmin(abs(xs - 0.3)))
+        te, le = geo.addPoint(1, 0, 0), geo.addPoint(0, 0, 0)
+        up, lo = (geo.addPoint(xs[split], s * half_thickness(xs[split]), 0) for s in (1, -1))
+
+        def spline(a, b, ids, sign):
+            return geo.addSpline([a] + [geo.addPoint(xs[i], sign * half_thickness(xs[i]), 0) for i in ids] + [b])
+
+        wall = [spline(te, up, range(k - 2, split, -1), 1), spline(up, le, range(split - 1, 0, -1), 1),
+                spline(le, lo, range(1, split), -1), spline(lo, te, range(split + 1, k - 1), -1)]
+        centre = geo.addPoint(0.5, 0, 0)
+        far = [geo.addPoint(0.5 + 12.0 * np.cos(a), 12.0 * np.sin(a), 0) for a in np.arange(4) * np.pi / 2]
+        arcs = [geo.addCircleArc(far[i], centre, far[(i + 1) % 4]) for i in range(4)]
+        rays = [geo.addLine(w, f) for w, f in zip([te, up, le, lo], far)]
+        surfaces = [geo.addPlaneSurface([geo.addCurveLoop([wall[i], rays[(i + 1) % 4], -arcs[i], -rays[i]])])
+                    for i in range(4)]
+        for t in wall + arcs:
+            geo.mesh.setTransfiniteCurve(t, around)
+        for t in rays:
+            geo.mesh.setTransfiniteCurve(t, radial, "Progression", 1.0 + 8.0 / radial)
+        for s in surfaces:
+            geo.mesh.setTransfiniteSurface(s)
+            geo.mesh.setRecombine(2, s)
+        geo.synchronize()
+        gmsh.model.mesh.generate(2)
+
+    points, cells = _run(build, 2, 2)
+    return Mesh(points, cells=cells)
+
+
+#: the held-out cases: label, generator, share of the section's node count, part counts
+HELDOUT = [("hex block with a cylindrical hole", cylinder_hex_mesh, 1.0, (16,)),
+           ("NACA 0012 quad O-grid (2D)", naca0012_ogrid_mesh, 0.5, (16, 7))]
+#: paired rounds of the held-out section (its figure: the median of a case's paired ratios)
+HELDOUT_ROUNDS = 3
+
+
+def bench_heldout(num_nodes: int, rounds: int = HELDOUT_ROUNDS):
+    """Issue 40's held-out check: meshes, sizes and part counts unlike the family the refinement was tuned on
+    (~100k nodes, 7 parts): kdtree and hilbert (partition + refinement, numba warmed first) against METIS, each run
+    right next to METIS in ``rounds`` paired rounds (:func:`_paired`), and the cut of each against METIS's.
+
+    Returns ``{method: (worst cut / METIS's, worst median paired time / METIS's)}`` over the cases."""
+    from meshshard.partitioners.multilevel import multilevel_refine
+
+    grid_pts, grid_ei = graded_hex_lattice(24, 24, 24)
+    t_jit = _timed(lambda: multilevel_refine(np.arange(grid_pts.shape[0]) % 3, 3, grid_ei))[1]
+    methods = ("kdtree", "hilbert")
+    print(f"\n## 9. held-out meshes (issue 40): cut / METIS cut and time / METIS time (partition + refinement, seed 0; "
+          f"numba JIT loaded once first, {t_jit:.1f} s); time: the median of {rounds} runs, each right next to METIS "
+          "[their range]\n")
+    print("| mesh | N | parts | METIS cut, time [s] | " + " | ".join(f"{m} cut / METIS | {m} time / METIS, paired"
+                                                                     for m in methods) + " |")
+    print("|---|---|---|---|" + "---|---|" * len(methods))
+    worst = {m: [0.0, 0.0] for m in methods}
+    for label, make, share, part_counts in HELDOUT:
+        (mesh, t_mesh) = _timed(lambda: make(max(1000, int(share * num_nodes))))
+        pts, ei = np.asarray(mesh.points, dtype=np.float64), mesh.edge_index().numpy()
+        n = pts.shape[0]
+        for num_parts in part_counts:
+            metis = lambda: partition(pts, num_parts, "graph", edge_index=ei)
+            out = {}
+
+            def run(m):
+                return lambda: out.__setitem__(m, partition(pts, num_parts, m, edge_index=ei))
+
+            ratios = _paired({m: (run(m), metis) for m in methods}, rounds)
+            ref, t_metis = _timed(metis)
+            cut_metis = partition_quality(ref, ei)["edge_cut"]
+            cells = []
+            for m in methods:
+                cut = partition_quality(out[m], ei)["edge_cut"] / cut_metis
+                t = float(np.median(ratios[m]))
+                worst[m] = [max(worst[m][0], cut), max(worst[m][1], t)]
+                cells.append(f"{cut:.3f} | {t:.2f} [{min(ratios[m]):.2f}-{max(ratios[m]):.2f}]")
+            print(f"| {label} ({t_mesh:.0f} s to mesh) | {n} | {num_parts} | {cut_metis}, {t_metis:.3f} | "
+                  + " | ".join(cells) + " |", flush=True)
+    print("\nWorst over the held-out cases (cut / METIS, time / METIS, paired median): "
+          + "; ".join(f"{m} {w[0]:.3f}, {w[1]:.2f}" for m, w in worst.items()))
+    return worst
+
+
 def bench_tries(sizes, num_parts: int, seeds, methods=("kdtree", "hilbert")):
     """``refine_tries=1`` against ``refine_tries=2`` on the gmsh family: cut / METIS's cut (METIS at the first seed)
     and time / METIS's time, every seed, best of several interleaved rounds (:func:`_interleaved`; the tries after the
@@ -854,13 +1012,17 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default="speed,quality,memory,engines,distributed,cli,family",
                     help="comma-separated sections to run (default: speed,quality,memory,engines,distributed,cli,family; "
                          "also: tries, refine_tries 1 against 2 on the family at ~10k and ~100k, about 4 min; "
-                         "compile, the numba kernels' first compilation against loading them, about 3 min)")
+                         "compile, the numba kernels' first compilation against loading them, about 3 min; heldout, "
+                         "issue 40's held-out meshes, about 3 min (quick: 1 min))")
     ap.add_argument("--seeds", default="0",
                     help="family and tries sections: comma-separated refinement seeds for the geometric methods "
                          "(default 0; tries: 0-5)")
     ap.add_argument("--sizes", default=None,
                     help="family section only: comma-separated node counts, e.g. 10k,100k,2M (default 10k,100k,2M; "
                          "quick: 5k); counts below 1M pick gmsh family meshes, one of 1M or more the graded hex lattice")
+    ap.add_argument("--heldout-nodes", type=int, default=None,
+                    help="heldout section only: nodes of the hex mesh with a hole (the airfoil gets half; default "
+                         "1M, quick: 100k)")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     sizes = [100_000, 1_000_000] if args.quick else [100_000, 1_000_000, 10_000_000]
@@ -909,6 +1071,12 @@ def main(argv=None) -> int:
             checks.append((f"{m} refined cut / METIS's, worst unseen mesh", worst[m][0], "<=", FAMILY_CUT_TARGET))
             checks.append((f"{m} partition + refinement time / METIS's (paired, median over seeds and rounds), worst "
                            "unseen mesh", worst[m][2], "<=", 1.0))
+    if "heldout" in only:
+        n_heldout = args.heldout_nodes or (100_000 if args.quick else 1_000_000)
+        for m, (cut, t) in bench_heldout(n_heldout).items():
+            checks.append((f"{m} refined cut / METIS's, worst held-out mesh", cut, "<=", FAMILY_CUT_TARGET))
+            checks.append((f"{m} partition + refinement time / METIS's (paired, median of {HELDOUT_ROUNDS}), worst "
+                           "held-out mesh", t, "<=", 1.0))
     if "tries" in only:
         seeds = tuple(int(x) for x in args.seeds.split(",")) if args.seeds != "0" else tuple(range(6))
         bench_tries([5_000] if args.quick else [10_000, 100_000], args.quality_parts, seeds[:2] if args.quick else seeds)

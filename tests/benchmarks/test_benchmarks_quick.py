@@ -49,6 +49,15 @@ def test_bench_partition_engines_distributed_family():
     assert len(rows) == 4 and all(line.rstrip().endswith("| yes |") for line in rows), rows
 
 
+@pytest.mark.timeout(250)
+def test_bench_partition_heldout():
+    out = _run("bench_partition.py", 240, "--only", "heldout", "--heldout-nodes", "4000")
+    rows = [line for line in out.splitlines() if line.startswith(("| hex block with a cylindrical hole", "| NACA 0012"))]
+    assert [line.split(" | ")[2] for line in rows] == ["16", "16", "7"], rows  # the part counts of the three cases
+    checks = [line for line in out.splitlines() if "worst held-out mesh" in line]
+    assert len(checks) == 4, checks  # cut and time of kdtree and hilbert feed the targets table
+
+
 def test_paired_timing_divides_each_run_by_the_baseline_beside_it(monkeypatch):
     # a fake clock that only the runs advance: fn takes 3 ticks, its baseline 1, whichever goes first, so every
     # ratio is 3 (1/3 if the two were swapped); each key gets one ratio per round
