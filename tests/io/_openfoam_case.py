@@ -57,41 +57,11 @@ def write_openfoam_block(case: Path, nx: int, ny: int, nz: int) -> dict:
         bounds.append((name, len(entries), len(faces)))
         for face, c in entries:
             faces.append(face); owner.append(c)  # noqa: E702
-    mesh_dir = case / "constant" / "polyMesh"
-    mesh_dir.mkdir(parents=True, exist_ok=True)
-    (case / "system").mkdir(exist_ok=True)
-    (case / "system" / "controlDict").write_text(
-        _header("dictionary", "controlDict", "system")
-        + "application simpleFoam;\nstartFrom startTime;\nstartTime 0;\nstopAt endTime;\nendTime 1;\n"
-          "deltaT 1;\nwriteControl timeStep;\nwriteInterval 1;\n")
-    (mesh_dir / "points").write_text(_header("vectorField", "points", "constant/polyMesh") + f"{len(points)}\n(\n"
-                                     + "".join(f"({x:g} {y:g} {z:g})\n" for x, y, z in points) + ")\n")
-    (mesh_dir / "faces").write_text(_header("faceList", "faces", "constant/polyMesh") + f"{len(faces)}\n(\n"
-                                    + "".join(f"4({' '.join(map(str, f))})\n" for f in faces) + ")\n")
-    note = f'    note "nPoints:{len(points)} nCells:{len(cells_ijk)} nFaces:{len(faces)} nInternalFaces:{n_internal}";\n'
-    for name, values in (("owner", owner), ("neighbour", neighbour)):
-        head = _header("labelList", name, "constant/polyMesh").replace("    object", note + "    object")
-        (mesh_dir / name).write_text(head + f"{len(values)}\n(\n" + "".join(f"{v}\n" for v in values) + ")\n")
-    (mesh_dir / "boundary").write_text(
-        _header("polyBoundaryMesh", "boundary", "constant/polyMesh") + f"{len(bounds)}\n(\n"
-        + "".join(f"    {name}\n    {{\n        type {'wall' if name == 'walls' else 'patch'};\n"
-                  f"        nFaces {n};\n        startFace {start};\n    }}\n" for name, n, start in bounds) + ")\n")
     n_cells = len(cells_ijk)
-    p = {}
-    for t in (0, 1):
-        tdir = case / str(t)
-        tdir.mkdir(exist_ok=True)
-        p[t] = t * 100.0 + np.arange(n_cells)
-        bf = "".join(f"    {name}\n    {{\n        type calculated;\n        value uniform 0;\n    }}\n" for name in patches)
-        (tdir / "p").write_text(_header("volScalarField", "p", str(t)) + "dimensions [0 2 -2 0 0 0 0];\n\n"
-                                + f"internalField nonuniform List<scalar>\n{n_cells}\n(\n"
-                                + "".join(f"{v:g}\n" for v in p[t]) + ");\n\nboundaryField\n{\n" + bf + "}\n")
-        bfu = bf.replace("uniform 0", "uniform (0 0 0)")
-        (tdir / "U").write_text(_header("volVectorField", "U", str(t)) + "dimensions [0 1 -1 0 0 0 0];\n\n"
-                                + f"internalField nonuniform List<vector>\n{n_cells}\n(\n"
-                                + "".join(f"({c:g} {t:g} 0)\n" for c in range(n_cells)) + ");\n\nboundaryField\n{\n"
-                                + bfu + "}\n")
-    (case / "case.foam").write_text("")
+    p = {t: t * 100.0 + np.arange(n_cells) for t in (0, 1)}
+    U = {t: np.stack([np.arange(n_cells), np.full(n_cells, t), np.zeros(n_cells)], axis=1) for t in (0, 1)}
+    _write_polymesh(case, points, faces, owner, neighbour, n_internal, bounds, n_cells,
+                    {t: {"p": p[t], "U": U[t]} for t in (0, 1)})
     hexes = np.array([(pid(i, j, k), pid(i + 1, j, k), pid(i + 1, j + 1, k), pid(i, j + 1, k),
                        pid(i, j, k + 1), pid(i + 1, j, k + 1), pid(i + 1, j + 1, k + 1), pid(i, j + 1, k + 1))
                       for i, j, k in cells_ijk])
