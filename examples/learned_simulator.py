@@ -21,8 +21,8 @@ The cases come from :func:`meshshard.datasets.synthetic.advection_diffusion_traj
 diffused on a jittered triangle mesh, boundary nodes held at their first values (node type 1).
 Each case has its own random start (its seed); the held-out case ``test`` has a seed no training
 case has. Training samples random steps of random cases with noise on the input state
-(``examples/train_simulator.py`` in each of 2 spawned ranks); the rollout (``meshshard.cli.rollout
-.rollout`` on 2 ranks) keeps the state sharded and moves only halos per step. Written under
+(``examples/train_simulator.py`` in each of 2 spawned ranks); the rollout (``meshshard.models.rollout_to_files``,
+what ``meshshard rollout`` runs, on 2 ranks) keeps the state sharded and moves only halos per step. Written under
 ``--out``: ``cases/``, ``data/``, ``sim.pt``, ``rollout/test.pvd`` (+ step files),
 ``rollout/test_rollout_error.png`` and ``rollout.gif``.
 """
@@ -87,7 +87,7 @@ def _train_rank(rank, world, argv):
 
 def _rollout_rank(rank, world, checkpoint, trajectory, out):
     """One rollout rank: the sharded rollout of ``meshshard rollout`` (each rank writes its pieces of the steps)."""
-    from meshshard.cli.rollout import rollout
+    from meshshard.models import rollout_to_files as rollout
 
     res = rollout(checkpoint, trajectory, out, progress=False, echo=lambda line: None)
     return {k: res[k] for k in ("pvd", "png", "rmse")} if rank == 0 else None

@@ -12,7 +12,9 @@
   :func:`global_mse_loss` (the whole-mesh MSE from each rank's owned rows) and
   :func:`all_reduce_gradients` (sum the gradients over the ranks once, after backward).
 - :class:`SimulatorSpec`, :func:`simulator_checkpoint`, :func:`rollout_states`: learned simulators
-  (a state to its next step, trained with input noise, rolled out with Dirichlet boundaries).
+  (a state to its next step, trained with input noise, rolled out with Dirichlet boundaries);
+  :func:`rollout_to_files`: a checkpoint rolled out on a trajectory, its predictions and errors per
+  step written as ParaView files (one process, or sharded under torchrun: ``meshshard rollout``).
 """
 from meshshard.models.meshgraphnet import MeshGraphNet, MeshGraphNetBlock, ProcessorBlock
 from meshshard.models.mlp import MLP
@@ -20,8 +22,9 @@ from meshshard.models.training import train_step
 from meshshard.models.checkpoint import CheckpointInfo, load_checkpoint, simulator_checkpoint, training_checkpoint
 from meshshard.models.simulator import SimulatorSpec, draw_training_steps, rollout_states, training_noise
 from meshshard.models.parallel import all_reduce_gradients, broadcast_parameters, global_mse_loss, global_sum_and_count
+from meshshard.models.rollout_files import rollout_to_files
 
 __all__ = ["MeshGraphNet", "MeshGraphNetBlock", "ProcessorBlock", "MLP", "global_mse_loss", "global_sum_and_count",
            "all_reduce_gradients", "broadcast_parameters", "train_step", "training_checkpoint", "load_checkpoint",
            "CheckpointInfo", "simulator_checkpoint", "SimulatorSpec", "draw_training_steps", "training_noise",
-           "rollout_states"]
+           "rollout_states", "rollout_to_files"]

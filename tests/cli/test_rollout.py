@@ -8,7 +8,7 @@ import torch
 
 import meshshard as ms
 from meshshard.cli import main
-from meshshard.cli.rollout import rollout
+from meshshard.models import rollout_to_files as rollout
 from meshshard.testing import run_distributed
 from tests.datasets._diffusion_case import trained_checkpoint, write_diffusion_pvd
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import meshshard as ms
-from meshshard.cli.rollout import rollout
+from meshshard.models import rollout_to_files as rollout
 from meshshard.testing import run_distributed
 from tests.cli.test_rollout import assert_same_files
 from tests.datasets._diffusion_case import trained_checkpoint, write_diffusion_pvd
