@@ -169,23 +169,27 @@ def _vtu_point_field_names(path: Path, chunk: int = 1 << 22) -> Optional[List[st
     return None
 
 
-_VTU_FACE_ARRAYS = re.compile(rb"<DataArray\b[^>]*?\bName=\"(faces|face_connectivity|polyhedron_to_faces)\"")
-_VTU_CELLS_END = re.compile(rb"</Cells>|<AppendedData\b")
+_VTU_FACE_ARRAYS = (b"faces", b"face_connectivity", b"polyhedron_to_faces")
 
 
-def _vtu_has_polyhedra(path: Path, chunk: int = 1 << 20) -> bool:
+def _vtu_has_polyhedra(path: Path, chunk: int = 1 << 22) -> bool:
     """Whether a ``.vtu``'s ``<Cells>`` declare polyhedron faces (VTK's ``faces`` array, or the
-    ``face_connectivity`` / ``polyhedron_to_faces`` arrays of VTK 9.4 and later)."""
-    buf = b""
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(chunk)
-            buf += block
-            if _VTU_FACE_ARRAYS.search(buf):
-                return True
-            if not block or _VTU_CELLS_END.search(buf):
+    ``face_connectivity`` / ``polyhedron_to_faces`` arrays of VTK 9.4 and later).
+
+    Only the tags up to ``</Cells>`` (or ``<AppendedData>``) are looked at, as
+    :func:`_vtu_point_field_names` does: the inline arrays between them are skipped by a byte search.
+    """
+    try:
+        for tag in _xml_tags(path, chunk):
+            if tag.startswith(b"DataArray"):
+                m = _XML_NAME.search(tag)
+                if m and m.group(1) in _VTU_FACE_ARRAYS:
+                    return True
+            elif tag.startswith((b"/Cells", b"AppendedData")):
                 return False
-            buf = buf[-256:]  # keep a tail: a tag may straddle two chunks
+    except OSError:
+        return False
+    return False
 
 
 def supported_suffixes() -> List[str]:

@@ -72,3 +72,27 @@ def test_point_and_cell_fields_round_trip(case, tmp_path, monkeypatch, one_cell_
     with pytest.raises(ValueError, match="16 volume cells"):
         write_vtu(tmp_path / "bad.vtu", cm, {"x": np.zeros(5)})
     assert not (tmp_path / "bad.vtu").exists()
+
+
+@pytest.mark.parametrize("mode", ["appended", "binary", "ascii"])
+def test_polyhedral_vtu_is_told_from_its_tags(case, tmp_path, mode):
+    """read_mesh sends a .vtu with polyhedra to vtk, found from the tags of its <Cells> alone (the arrays between
+    them skipped), whatever the writer's data mode and wherever a chunk boundary falls; a plain .vtu is not sent."""
+    import meshio
+
+    from meshshard.io.read import _vtu_has_polyhedra
+
+    m = read_mesh(case)
+    grid = _vtk_read(write_vtu(tmp_path / "v.vtu", m, {"q": np.zeros(m.num_nodes)}, source=case))
+    writer = vtk.vtkXMLUnstructuredGridWriter()
+    writer.SetInputData(grid)
+    getattr(writer, {"appended": "SetDataModeToAppended", "binary": "SetDataModeToBinary",
+                     "ascii": "SetDataModeToAscii"}[mode])()
+    writer.SetFileName(str(tmp_path / "w.vtu"))
+    writer.Write()
+    meshio.write(tmp_path / "plain.vtu", meshio.Mesh(m.points, [("hexahedron", m.cells["hexahedron"])],
+                                                     point_data={"q": np.zeros(m.num_nodes)}))
+    for chunk in (5, 64, 1 << 20):
+        assert _vtu_has_polyhedra(tmp_path / "w.vtu", chunk=chunk), chunk
+        assert not _vtu_has_polyhedra(tmp_path / "plain.vtu", chunk=chunk), chunk
+    assert read_mesh(tmp_path / "w.vtu").polyhedra == m.polyhedra
