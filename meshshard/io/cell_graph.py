@@ -111,15 +111,10 @@ def cell_faces(cells: Mapping[str, np.ndarray], polyhedra: Optional[Polyhedra] =
         at += len(f)
     owners = [ids for _, ids in blocks]
     if polyhedra is not None and polyhedra.num_cells:
-        poly_faces = _polyhedron_faces(polyhedra, width)
+        poly_faces = sorted_faces(polyhedra.face_nodes, polyhedra.face_offsets, width)
         faces = np.concatenate([faces, poly_faces]) if blocks else poly_faces
         owners.append(sum(len(c) for c in cells.values()) + polyhedra.face_cell())
     return faces, np.concatenate(owners)
-
-
-def _polyhedron_faces(polyhedra: Polyhedra, width: int) -> np.ndarray:
-    """The faces of ``polyhedra`` as rows [F, width] of sorted nodes, -1 padding first."""
-    return sorted_faces(polyhedra.face_nodes, polyhedra.face_offsets, width)
 
 
 def sorted_faces(face_nodes: np.ndarray, face_offsets: np.ndarray, width: int) -> np.ndarray:

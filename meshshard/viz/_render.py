@@ -194,30 +194,27 @@ def surface_faces(mesh: Optional[Mesh], keep_cells: Optional[dict] = None):
 
 def _polyhedral_surface(mesh: Mesh, keep_cells: Optional[dict]):
     """:func:`surface_faces` of a mesh with polyhedra (``keep_cells`` may mask ``"polyhedron"``):
-    the faces seen once, triangles and quads as they are, larger faces cut into fans."""
-    from meshshard.io.cell_graph import sorted_faces
+    the faces seen once (:func:`faces_seen_once` per face size: equal faces have equal sizes),
+    triangles and quads as they are, larger faces cut into fans."""
     from meshshard.io.polyhedra import POLYHEDRON
 
-    chunks = []  # [n, k] face cycles
+    by_size: dict = {}  # face size k -> [n, k] face cycles
     for t, conn in mesh.cells.items():
         if keep_cells is not None:
             conn = conn[keep_cells[t]]
         tri_local, quad_local = CELL_FACES_3D[t]
-        chunks += [conn[:, list(f)] for f in tri_local + quad_local]
+        for f in tri_local + quad_local:
+            by_size.setdefault(len(f), []).append(conn[:, list(f)])
     poly = mesh.polyhedra if keep_cells is None else mesh.polyhedra.subset(np.flatnonzero(keep_cells[POLYHEDRON]))
-    sizes = np.concatenate([np.full(len(c), c.shape[1]) for c in chunks] + [poly.face_sizes()]).astype(np.int64)
-    nodes = np.concatenate([c.reshape(-1) for c in chunks] + [poly.face_nodes])
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
-    if not len(sizes):
-        return None
-    _, inverse, counts = np.unique(sorted_faces(nodes, offsets, int(sizes.max())), axis=0, return_inverse=True,
-                                   return_counts=True)
-    once = np.flatnonzero(counts[inverse.reshape(-1)] == 1)
+    sizes = poly.face_sizes()
+    for k in np.unique(sizes).tolist():
+        faces = np.flatnonzero(sizes == k)
+        by_size.setdefault(k, []).append(poly.face_nodes[poly.face_offsets[faces][:, None] + np.arange(k)])
     out = []
-    for k in np.unique(sizes[once]).tolist():
-        faces = once[sizes[once] == k]
-        rows = nodes[offsets[faces][:, None] + np.arange(k)]
-        out += [rows] if k <= 4 else [rows[:, [0, i, i + 1]] for i in range(1, k - 1)]
+    for k in sorted(by_size):
+        rows = faces_seen_once(by_size[k])
+        if rows is not None and len(rows):
+            out += [rows] if k <= 4 else [rows[:, [0, i, i + 1]] for i in range(1, k - 1)]
     return out or None
 
 
