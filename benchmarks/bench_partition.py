@@ -73,6 +73,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from meshshard.datasets.gmsh_meshes import cylinder_hex_mesh, naca0012_ogrid_mesh  # noqa: E402
 from meshshard.partitioners import partition, partition_quality  # noqa: E402
 
 DATA = Path(os.environ.get("MESHSHARD_DATA", ROOT.parent / "shared" / "data"))
@@ -778,105 +779,6 @@ def bench_family(sizes, num_parts: int, big: int, seeds=(0,)):
               f"{metis_spread[1]:.3f}x its seed-{seeds[0]} cut across the meshes. Worst cut / METIS's cut at the "
               "same seed: " + "; ".join(f"{c} {w:.3f}" for c, w in cut_same_seed.items() if not c.endswith("+mtk")))
     return worst
-
-
-def cylinder_hex_mesh(num_nodes: int):
-    """A structured hexahedral block with a cylindrical hole (held out: no family mesh is like it).
-
-    An O-grid of four transfinite patches between a circle of radius 0.5 and a 4 x 3 rectangle, graded
-    towards the cylinder, recombined into quads and extruded into hexahedra along z.
-
-    Args:
-        num_nodes: target node count (the mesh lands within a few percent of it).
-
-    Returns:
-        3D :class:`meshshard.Mesh` with ``hexahedron`` cells.
-    """
-    from meshshard.datasets.gmsh_meshes import _run
-    from meshshard.io.mesh import Mesh
-
-    m = max(4, int(round((num_nodes / 2.4) ** (1 / 3))))  # nodes ~ 4 (m - 1) m (0.6 m + 1)
-    layers = max(2, int(round(0.6 * m)))
-
-    def build(gmsh):
-        geo = gmsh.model.geo
-        centre = geo.addPoint(0, 0, 0)
-        angles = np.pi / 4 + np.arange(4) * np.pi / 2
-        inner = [geo.addPoint(0.5 * np.cos(a), 0.5 * np.sin(a), 0) for a in angles]
-        outer = [geo.addPoint(2.0 * np.sign(np.cos(a)), 1.5 * np.sign(np.sin(a)), 0) for a in angles]
-        arcs = [geo.addCircleArc(inner[i], centre, inner[(i + 1) % 4]) for i in range(4)]
-        sides = [geo.addLine(outer[i], outer[(i + 1) % 4]) for i in range(4)]
-        rays = [geo.addLine(inner[i], outer[i]) for i in range(4)]
-        surfaces = [geo.addPlaneSurface([geo.addCurveLoop([arcs[i], rays[(i + 1) % 4], -sides[i], -rays[i]])])
-                    for i in range(4)]
-        for t in arcs + sides:
-            geo.mesh.setTransfiniteCurve(t, m)
-        for t in rays:
-            geo.mesh.setTransfiniteCurve(t, m, "Progression", 1.04)
-        for s in surfaces:
-            geo.mesh.setTransfiniteSurface(s)
-            geo.mesh.setRecombine(2, s)
-        geo.extrude([(2, s) for s in surfaces], 0, 0, 3.0, [layers], recombine=True)
-        geo.synchronize()
-        gmsh.model.mesh.generate(3)
-
-    points, cells = _run(build, 3, 3)
-    return Mesh(points, cells=cells)
-
-
-def naca0012_ogrid_mesh(num_nodes: int):
-    """A NACA 0012 airfoil in a quad O-grid with boundary-layer grading (held out: no family mesh is like it).
-
-    Four transfinite patches between the airfoil (split at the trailing edge, the leading edge and x = 0.3 on
-    both sides) and a far-field circle of radius 12 chords, the radial spacing growing geometrically from the
-    wall (the last cell a few thousand times the first), all quads.
-
-    Args:
-        num_nodes: target node count (the mesh lands within a few percent of it).
-
-    Returns:
-        2D :class:`meshshard.Mesh` with ``quad`` cells.
-    """
-    from meshshard.datasets.gmsh_meshes import _run
-    from meshshard.io.mesh import Mesh
-
-    around = max(4, int(round(np.sqrt(num_nodes / 2.0))))  # nodes per patch side along the wall
-    radial = max(4, int(round(num_nodes / (4 * (around - 1)))))
-
-    def half_thickness(x):
-        return 0.6 * (0.2969 * np.sqrt(x) - 0.1260 * x - 0.3516 * x**2 + 0.2843 * x**3 - 0.1036 * x**4)
-
-    def build(gmsh):
-        geo = gmsh.model.geo
-        k = 200
-        xs = 0.5 * (1 - np.cos(np.linspace(0, np.pi, k)))  # cosine spacing, 0 (leading edge) .. 1 (trailing edge)
-        split = int(np.argmin(abs(xs - 0.3)))
-        te, le = geo.addPoint(1, 0, 0), geo.addPoint(0, 0, 0)
-        up, lo = (geo.addPoint(xs[split], s * half_thickness(xs[split]), 0) for s in (1, -1))
-
-        def spline(a, b, ids, sign):
-            return geo.addSpline([a] + [geo.addPoint(xs[i], sign * half_thickness(xs[i]), 0) for i in ids] + [b])
-
-        wall = [spline(te, up, range(k - 2, split, -1), 1), spline(up, le, range(split - 1, 0, -1), 1),
-                spline(le, lo, range(1, split), -1), spline(lo, te, range(split + 1, k - 1), -1)]
-        centre = geo.addPoint(0.5, 0, 0)
-        far = [geo.addPoint(0.5 + 12.0 * np.cos(a), 12.0 * np.sin(a), 0) for a in np.arange(4) * np.pi / 2]
-        arcs = [geo.addCircleArc(far[i], centre, far[(i + 1) % 4]) for i in range(4)]
-        rays = [geo.addLine(w, f) for w, f in zip([te, up, le, lo], far)]
-        surfaces = [geo.addPlaneSurface([geo.addCurveLoop([wall[i], rays[(i + 1) % 4], -arcs[i], -rays[i]])])
-                    for i in range(4)]
-        for t in wall + arcs:
-            geo.mesh.setTransfiniteCurve(t, around)
-        for t in rays:
-            geo.mesh.setTransfiniteCurve(t, radial, "Progression", 1.0 + 8.0 / radial)
-        for s in surfaces:
-            geo.mesh.setTransfiniteSurface(s)
-            geo.mesh.setRecombine(2, s)
-        geo.synchronize()
-        gmsh.model.mesh.generate(2)
-
-    points, cells = _run(build, 2, 2)
-    return Mesh(points, cells=cells)
 
 
 #: the held-out cases: label, generator, share of the section's node count, part counts

@@ -28,6 +28,30 @@ def test_family_member_shape_size_and_connectivity(name):
     assert part_components(np.zeros(mesh.num_nodes, dtype=np.int64), ei).tolist() == [1]  # one connected body
 
 
+@pytest.mark.parametrize("make, dim, types", [(G.cylinder_hex_mesh, 3, {"hexahedron"}),
+                                               (G.naca0012_ogrid_mesh, 2, {"quad"})])
+def test_held_out_meshes(make, dim, types):
+    """The two meshes kept out of the family (bench_partition --only heldout): size, cells, one body, and the
+    hole: no node inside the cylinder (radius 0.5) or the airfoil (its chord on the x axis, thickness 12%)."""
+    assert make not in G.GMSH_FAMILY.values()
+    mesh = make(3000)
+    assert mesh.points.shape[1] == dim and set(mesh.cells) == types
+    assert 2000 <= mesh.num_nodes <= 4500
+    ei = mesh.edge_index().numpy()
+    assert part_components(np.zeros(mesh.num_nodes, dtype=np.int64), ei).tolist() == [1]
+    x, y = mesh.points[:, 0], mesh.points[:, 1]
+    if dim == 3:
+        assert np.hypot(x, y).min() >= 0.5 - 1e-9
+    else:
+        xc = np.clip(x, 0, 1)
+        half = 0.6 * (0.2969 * np.sqrt(xc) - 0.1260 * xc - 0.3516 * xc**2 + 0.2843 * xc**3 - 0.1036 * xc**4)
+        inside = (x > 0.01) & (x < 0.99) & (np.abs(y) < 0.5 * half)  # well inside the airfoil's skin
+        assert not inside.any()
+        assert np.hypot(x - 0.5, y).max() == pytest.approx(12.0, rel=1e-6)  # the far-field circle
+    with pytest.raises(ValueError, match="num_nodes"):
+        make(10)
+
+
 def test_grading_and_thinness():
     bl = G.boundary_layer_mesh(3000)
     ei = bl.edge_index().numpy()
