@@ -16,7 +16,8 @@ from meshshard.partitioners._kernels.jit import njit
 from meshshard.partitioners._kernels.csr import group_by_label
 from meshshard.partitioners._kernels.tiebreak import mix
 
-__all__ = ['match_in_parts', 'majority_parts', 'contract', 'contract_range']
+__all__ = ['match_in_parts', 'match_range', 'match_across', 'coarse_ids', 'visit_order', 'majority_parts', 'contract',
+           'contract_range']
 
 
 @njit(cache=True, nogil=True)
@@ -33,40 +34,87 @@ def _coprime_stride(n):
     return stride
 
 
+@njit(cache=True, nogil=True)
+def visit_order(n, salt, block=0):
+    """The order in which :func:`match_in_parts` visits ``n`` nodes -> int64 ``[n]``, every id once.
+
+    ``block <= 0`` (or ``>= n``): a golden-ratio stride through the ids from a salted start (a Weyl sequence). Else
+    the ids fall into blocks of ``block`` consecutive ids, visited with such a stride over the blocks, and inside
+    each block with such a stride over its ids: consecutive visits stay within one block, whose rows then stay in
+    the cache, where a stride through all ids misses it at nearly every visit.
+    """
+    order = np.empty(n, dtype=np.int64)
+    if block <= 0 or block >= n:
+        u = np.int64(mix(0, salt) % np.uint64(max(n, 1)))
+        stride = _coprime_stride(n)
+        for i in range(n):
+            order[i] = u
+            u += stride
+            if u >= n:
+                u -= n
+        return order
+    nb = (n + block - 1) // block
+    b = np.int64(mix(1, salt) % np.uint64(nb))
+    b_stride = _coprime_stride(nb)
+    k = 0
+    for _ in range(nb):
+        lo = b * block
+        m = min(block, n - lo)
+        j = np.int64(mix(b, salt) % np.uint64(m))
+        stride = _coprime_stride(m)
+        for i in range(m):
+            order[k] = lo + j
+            k += 1
+            j += stride
+            if j >= m:
+                j -= m
+        b += b_stride
+        if b >= nb:
+            b -= nb
+    return order
+
+
 @njit(cache=True, nogil=True)  # multilevel coarsens on a second thread
-def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt, unit=False):
+def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt, unit=False, block=0):
     """Heavy-edge matching restricted to edges inside a part -> ``(cmap [n], nc, mate [n])``.
 
-    Nodes are visited with a stride of about ``0.618 n`` through the ids (every id once) from a salted
-    start, so the visit order does not follow a sweep of the numbering; each unmatched node takes its
-    unmatched neighbour in the same part over the edge of highest weight / (product of the two node
-    weights): light pairs first, so clusters stay even (ties: the smaller hash), if the pair weighs at
-    most ``max_vw``. Coarse node ids follow the smaller fine id of each pair (the fine graph's locality);
+    Nodes are visited in :func:`visit_order` (a stride of about ``0.618 n`` through the ids from a salted start,
+    or such strides through blocks of ``block`` ids), so the visit order does not follow a sweep of the numbering;
+    each unmatched node takes its unmatched neighbour in the same part over the edge of highest weight / (product
+    of the two node weights): light pairs first, so clusters stay even (ties: the smaller hash), if the pair weighs
+    at most ``max_vw``. Coarse node ids follow the smaller fine id of each pair (the fine graph's locality);
     every cluster lies in one part, so the coarse cut equals the fine cut. ``mate[u]``: the node matched with ``u``
     (``u`` itself when unmatched), for :func:`contract`. ``cmap`` and ``mate`` have the integer type of ``indices``.
 
     ``assign`` empty: match across parts (one part). ``unit``: every node and edge weighs 1 (the finest level of
     an unweighted graph), so the weights are not read; the same matching, without two reads per edge that miss
-    the cache.
+    the cache. Two threads match a large graph as :func:`match_range` of two id ranges, then
+    :func:`match_across` and :func:`coarse_ids`.
     """
     n = vw.shape[0]
+    mate = np.full(n, -1, dtype=indices.dtype)  # node ids in the type of indices (int32 from multilevel)
+    match_range(indptr, indices, data, vw, assign, max_vw, salt, unit, block, 0, n, mate)
+    return coarse_ids(mate)
+
+
+@njit(cache=True, nogil=True)  # two threads match two ranges of one graph
+def match_range(indptr, indices, data, vw, assign, max_vw, salt, unit, block, lo, hi, mate):
+    """:func:`match_in_parts`'s matching of the nodes ``[lo, hi)`` among themselves, written into ``mate`` (-1 where
+    not yet visited): ranges that do not overlap can be matched at once by two threads (each reads and writes only
+    its own range's entries of ``mate``). Visits ``lo + visit_order(hi - lo, salt, block)``."""
     free = assign.shape[0] == 0
     # visit order: a golden-ratio stride through the ids, from a salted start. In id order, a sweep-like
     # numbering (a structured grid, lexicographically sorted points) pairs each node with its neighbour one
     # step on along the sweep: coarse graphs grow stretched and the refined cut is far worse than strided on a
-    # lexicographically numbered lattice. A random order, blocks of ids and 2-hop matching of the leftovers all
-    # did worse on average. The cost: a few more nodes stay unmatched per level, and the visits miss the cache
-    # (blocks of ids with a stride inside each are cheaper but bring back the stretched clusters on a lattice
-    # numbered axis by axis). Ties between equal edges: the smaller hash.
-    first = np.int64(mix(0, salt) % np.uint64(max(n, 1)))
-    stride = _coprime_stride(n)
-    mate = np.full(n, -1, dtype=indices.dtype)  # node ids in the type of indices (int32 from multilevel)
-    u = first
-    for i in range(n):
-        if i > 0:
-            u += stride
-            if u >= n:
-                u -= n
+    # lexicographically numbered lattice. A random order and 2-hop matching of the leftovers did worse on average
+    # on the gmsh family. The cost: a few more nodes stay unmatched per level, and on a large graph the visits miss
+    # the cache; strides inside blocks of ids (block > 0) keep them in the cache, for refined cuts as low as the
+    # stride through all ids on meshes of 0.5-1M nodes (multilevel uses them on large levels only).
+    # Ties between equal edges: the smaller hash. (The node's body is written out here, not in an inlined helper
+    # shared with match_across: inlined, the loop ran at half the speed.)
+    order = visit_order(hi - lo, salt, block)
+    for i in range(hi - lo):
+        u = lo + order[i]
         if mate[u] >= 0:
             continue
         best, best_w, best_h = -1, -1.0, np.uint64(0)
@@ -74,7 +122,7 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt, unit=False):
         vu = 1.0 if unit else vw[u]
         for e in range(indptr[u], indptr[u + 1]):
             v = indices[e]
-            if mate[v] >= 0 or v == u or (not free and assign[v] != au):
+            if v < lo or v >= hi or mate[v] >= 0 or v == u or (not free and assign[v] != au):
                 continue
             if unit:  # the rating below is 1 for every edge
                 if 2.0 > max_vw:
@@ -94,7 +142,46 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt, unit=False):
             mate[best] = u
         else:
             mate[u] = u
-    cmap = np.full(n, -1, dtype=indices.dtype)
+
+
+@njit(cache=True, nogil=True)
+def match_across(indptr, indices, data, vw, assign, max_vw, salt, unit, chunk, mate):
+    """After :func:`match_range` of each range ``[k chunk, (k + 1) chunk)``: the nodes left unmatched take an unmatched
+    neighbour in another range by the same rating (in id order: they are few, along the borders)."""
+    free = assign.shape[0] == 0
+    for u in range(mate.shape[0]):
+        if mate[u] != u:
+            continue
+        best, best_w, best_h = -1, -1.0, np.uint64(0)
+        au = 0 if free else assign[u]
+        vu = 1.0 if unit else vw[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            v = indices[e]
+            if v // chunk == u // chunk or mate[v] != v or (not free and assign[v] != au):
+                continue
+            if unit:
+                if 2.0 > max_vw:
+                    continue
+                w = 1.0
+            else:
+                vv = vw[v]
+                if vu + vv > max_vw:
+                    continue
+                w = data[e] / (vu * vv) if vu * vv > 0.0 else data[e]
+            if w >= best_w:
+                h = mix(v, salt)
+                if w > best_w or h < best_h:
+                    best, best_w, best_h = v, w, h
+        if best >= 0:
+            mate[u] = best
+            mate[best] = u
+
+
+@njit(cache=True, nogil=True)
+def coarse_ids(mate):
+    """``(cmap, nc, mate)`` of a matching ``mate``: coarse ids numbered in the order of each pair's first node."""
+    n = mate.shape[0]
+    cmap = np.full(n, -1, dtype=mate.dtype)
     nc = 0
     for u in range(n):  # ids in node order: the coarse graph keeps the fine graph's locality
         if cmap[u] < 0:

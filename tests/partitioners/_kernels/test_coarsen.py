@@ -3,7 +3,8 @@ import numpy as np
 import torch
 
 from meshshard.partitioners import Partition, partition, partition_quality
-from meshshard.partitioners._kernels.coarsen import _coprime_stride, contract, contract_range, majority_parts, match_in_parts
+from meshshard.partitioners._kernels.coarsen import (_coprime_stride, coarse_ids, contract, contract_range, majority_parts,
+                                                     match_across, match_in_parts, match_range, visit_order)
 from meshshard.partitioners._kernels.csr import cut_weight
 from meshshard.partitioners.multilevel import _csr
 from tests.partitioners._meshes import load_mesh, mesh_arrays
@@ -84,3 +85,48 @@ def test_matching_without_parts_or_weights_is_the_same_matching(data_dir):
         lean = match_in_parts(indptr, indices, data, vw, np.empty(0, dtype=np.int32), max_vw, 7, True)
         assert plain[1] == lean[1] and np.array_equal(plain[0], lean[0]) and np.array_equal(plain[2], lean[2])
         assert (lean[1] < 0.6 * n) if pairs else (lean[1] == n)
+
+
+def test_visit_order_visits_every_id_once_and_blocks_stay_together():
+    for n in (1, 2, 7, 100, 1000, 4099):
+        for block in (0, 1, 16, 64, n, n + 5):
+            order = visit_order(n, 3, block)
+            assert order.dtype == np.int64 and np.array_equal(np.sort(order), np.arange(n)), (n, block)
+            if 0 < block < n:  # consecutive visits run through one block, then the next
+                blocks = order // block
+                assert np.count_nonzero(np.diff(blocks)) == -(-n // block) - 1
+    strided = visit_order(1000, 3, 0)
+    assert np.abs(np.diff(strided)).min() > 1  # never two consecutive ids in a row
+    assert not np.array_equal(visit_order(1000, 3, 0), visit_order(1000, 4, 0))  # the salt moves the start
+    inside = visit_order(4096, 3, 256)
+    assert np.abs(np.diff(inside[:256])).min() > 1  # strided inside a block too
+
+
+def test_matching_in_ranges_then_across_is_a_matching_inside_parts(data_dir):
+    # ranges matched among themselves (as two threads do, in any order) then across their borders: a matching
+    # inside the parts, no pair across ranges but those match_across made, and the same as one thread's
+    pts, ei = mesh_arrays(data_dir, "rae2822_turb.su2")
+    n = pts.shape[0]
+    assign = partition(pts, 5, "hilbert", refine=False).assignment.numpy().astype(np.int32)
+    indptr, indices, data = _csr(ei, n, None)
+    vw = np.ones(n)
+    chunk = -(-n // 3)
+    results = []
+    for order in ((0, 1, 2), (2, 0, 1)):
+        mate = np.full(n, -1, dtype=indices.dtype)
+        for k in order:
+            match_range(indptr, indices, data, vw, assign, 2.0, 5, False, 64, k * chunk, min(n, (k + 1) * chunk), mate)
+        assert (mate >= 0).all() and (mate // chunk == np.arange(n) // chunk).all()  # pairs inside ranges only
+        before = mate.copy()
+        match_across(indptr, indices, data, vw, assign, 2.0, 5, False, chunk, mate)
+        changed = np.flatnonzero(mate != before)
+        assert (before[changed] == changed).all() and (mate[changed] // chunk != changed // chunk).all()
+        results.append(coarse_ids(mate))
+    (cmap, nc, mate), other = results
+    assert np.array_equal(cmap, other[0]) and nc == other[1]
+    assert np.array_equal(mate[mate], np.arange(n)) and np.array_equal(cmap[mate], cmap)
+    assert (assign[mate] == assign).all() and nc < 0.75 * n
+    # one range is match_in_parts itself
+    whole = np.full(n, -1, dtype=indices.dtype)
+    match_range(indptr, indices, data, vw, assign, 2.0, 5, False, 0, 0, n, whole)
+    assert np.array_equal(coarse_ids(whole)[0], match_in_parts(indptr, indices, data, vw, assign, 2.0, 5)[0])
