@@ -158,11 +158,10 @@ def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, 
     # a node's best move changes only when a neighbour (or the node) changes part; between passes the others
     # keep their rating from the pass before (a part's room is re-checked when the node is popped)
     dirty = np.ones(n, dtype=np.bool_)
-    # the rows of the nodes rated so far, in the order of their first rating, and with them the ratings (by node id
-    # without rows): a pass rates a fraction of the nodes, and arrays indexed by node id spread those over most of
-    # their pages, each a page fault (malloc gives the memory back to the system between calls); the same
-    # partitions, fewer page faults
-    slot = np.full(row_w.shape[0], -1, dtype=np.int32)
+    # the ratings (and the rows) of the nodes rated so far, in the order of their first rating: a pass rates a
+    # fraction of the nodes, and arrays indexed by node id spread those over most of their pages, each a page fault
+    # (malloc gives the memory back to the system between calls); the same partitions, fewer page faults
+    slot = np.full(n, -1, dtype=np.int32)
     used = 0
     gain_c = np.empty(n)
     tgt_c = np.empty(n, dtype=np.int64)
@@ -176,12 +175,11 @@ def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, 
         kept = 0
         for i in range(nc):
             u = cand[i]
-            k = u
-            if rows.ndim == 2:
-                k = slot[u]
-                if k < 0:  # never rated, so dirty
-                    k = slot[u] = used
-                    used += 1
+            k = slot[u]
+            if k < 0:  # never rated, so dirty
+                k = slot[u] = used
+                used += 1
+                if rows.ndim == 2:
                     _fill_row(u, k, indptr, indices, data, assign, row_w, row_n)
             if dirty[u] or (tgt_c[k] < 0 and _room_in(k, no_room, vw[u], part_w, max_w)):
                 dirty[u] = False
