@@ -192,8 +192,9 @@ class _Piece:
 
 class HelpedHandoff(Handoff):
     """A :class:`Handoff` whose waiter works meanwhile: the computation that will put the value may :meth:`offer`
-    pieces of its work on the way, which a caller waiting in :meth:`get` runs (two CPUs on one computation); a
-    piece nobody took, the computation takes back (:meth:`collect`) and runs itself.
+    pieces of its work on the way, which a caller waiting in :meth:`get` runs, the last offered first (two CPUs on
+    one computation); a piece nobody took, the computation takes back (:meth:`collect`) and runs itself, so with
+    several offered and collected in order, the two meet in the middle.
 
     The value and every piece's result are what they would be without help: only who runs a piece changes.
 
@@ -232,19 +233,25 @@ class HelpedHandoff(Handoff):
 
     def get(self) -> Any:
         """The value put, running the pieces offered until then; an error handed over is raised."""
-        while True:
-            with self._cond:
-                while not self._put and not self._offered:
-                    self._cond.wait()
-                if self._put:
-                    break
-                piece = self._offered.pop(0)
-                piece.state = "running"
-            try:
-                piece.value = piece.fn(*piece.args)
-            except BaseException as err:  # raised again where the piece is collected
-                piece.error = err
-            with self._cond:
-                piece.state = "done"
-                self._cond.notify_all()
+        while self.help_once():
+            pass
         return self._received()
+
+    def help_once(self) -> bool:
+        """Wait for the first piece offered and run it -> True; False (having run nothing) once the value (or an
+        error) is put. A caller with work of its own lends a hand with the first piece this way, then goes on."""
+        with self._cond:
+            while not self._put and not self._offered:
+                self._cond.wait()
+            if self._put:
+                return False
+            piece = self._offered.pop()  # the last offered: the computation takes them back from the first
+            piece.state = "running"
+        try:
+            piece.value = piece.fn(*piece.args)
+        except BaseException as err:  # raised again where the piece is collected
+            piece.error = err
+        with self._cond:
+            piece.state = "done"
+            self._cond.notify_all()
+        return True

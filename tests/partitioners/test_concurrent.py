@@ -159,3 +159,30 @@ def test_deliver_hands_over_the_value_or_the_error(kind):
         deliver(bad, lambda: 1 / 0)
     waiter.join(10)
     assert seen == ["raised"] and bad.ready()
+
+
+def test_the_waiter_takes_the_last_piece_first_and_the_two_meet():
+    # four pieces offered: the computation runs them from the first on and takes back those not yet taken, the
+    # waiter from the last on; every result comes back in the order offered, whoever ran it
+    helped = HelpedHandoff(helped=True)
+    waiter_took = Handoff()
+    names = {}
+
+    def piece(k):
+        names[k] = _which_thread()
+        if k == 3:
+            waiter_took.put(True)
+        return k * k
+
+    def computation():
+        offered = [helped.offer(piece, k) for k in (1, 2, 3)]
+        waiter_took.get()  # the waiter has taken the last piece first
+        got = [piece(0)] + [helped.collect(p) for p in offered]
+        helped.put(got)
+
+    job = threading.Thread(target=computation, name="producer")
+    job.start()
+    got = helped.get()
+    job.join(10)
+    assert got == [0, 1, 4, 9]
+    assert names[3] == threading.current_thread().name and names[0] == "producer"
