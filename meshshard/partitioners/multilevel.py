@@ -9,7 +9,8 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
    one part and the coarse cut equals the fine cut; coarse node and edge weights are sums;
 2. at the coarsest level, then at each finer one after projecting the parts down: move nodes out
    of parts above the bound (cheapest first), then k-way Fiduccia-Mattheyses passes (gain heap,
-   hill climbing with rollback to the best prefix). Moving one coarse node moves a cluster.
+   hill climbing with rollback to the best prefix), on the finest level after a greedy sweep that takes every
+   move of positive gain (as METIS refines). Moving one coarse node moves a cluster.
 
 First, FM passes refine the (rebalanced) start itself on the finest level. The first V-cycle then
 matches across parts (as METIS coarsens); its coarsest level starts from each cluster's majority part
@@ -23,7 +24,8 @@ that matches inside parts is tried as well if the first ended above the bound). 
 V-cycles matched inside parts from the best result
 while they lower the cut. Matching rates an edge by its weight over the product of its end nodes'
 weights, so clusters stay even, and visits the nodes with a stride through the ids, so a sweep-like
-numbering (a structured grid's) does not stretch the clusters. The FM passes and rebalancing rounds
+numbering (a structured grid's) does not stretch the clusters (a large level strides through blocks of ids, which
+stay in the cache, in ranges two threads share). The FM passes and rebalancing rounds
 scan a list of candidates that holds every boundary node (projected from the coarser level, so no
 level scans all its edges for it); coarse levels stop rebalancing after a few rounds (their heavy
 nodes seldom fit exactly; the finer levels finish it), and the bound reaches ``imbalance`` one level
@@ -57,10 +59,11 @@ from meshshard.partitioners import _concurrent
 from meshshard.partitioners._concurrent import Concurrent, Handoff, HelpedHandoff, deliver
 from meshshard.partitioners._csr import csr_view
 from meshshard.partitioners._kernels.bisection import bisect_parts
-from meshshard.partitioners._kernels import candidates, components, csr
+from meshshard.partitioners._kernels import candidates, components, csr, greedy
 from meshshard.partitioners._kernels import rebalance as rebalancing
 from meshshard.partitioners._kernels.candidates import boundary_candidates, project_candidates
-from meshshard.partitioners._kernels.coarsen import contract, contract_range, majority_parts, match_in_parts
+from meshshard.partitioners._kernels.coarsen import (coarse_ids, contract, contract_range, majority_parts, match_across,
+                                                     match_in_parts, match_range)
 from meshshard.partitioners._kernels.components import label_components, label_components_edges
 from meshshard.partitioners._kernels.csr import build_csr
 from meshshard.partitioners._kernels.fm import fm_refine
@@ -76,6 +79,7 @@ rebalance = any_layout(rebalancing.rebalance, "data")
 repair_components = any_layout(components.repair_components, "data")
 candidate_cut = any_layout(candidates.candidate_cut, "data")
 cut_weight = any_layout(csr.cut_weight, "data")
+greedy_refine = any_layout(greedy.greedy_refine, "data")
 
 #: coarsening stops below this many nodes per part
 _COARSE_NODES_PER_PART = 30
@@ -84,6 +88,23 @@ _MIN_SHRINK = 0.9
 #: FM stops a pass after max(_STALL, level nodes // _STALL_DIV) moves without a new best cut (longer stalls gave
 #: no better worst cut on the gmsh family, for more time)
 _STALL, _STALL_DIV = 32, 100
+#: ... and at most this many (the gmsh family, ~100k nodes and below, never reaches it): on the finest level of a
+#: mesh of a million nodes, the longer stalls cost time for about the same cut
+_STALL_CAP = 1000
+#: a level of at least this many nodes is matched in blocks of ``_MATCH_BLOCK`` consecutive ids (see
+#: :func:`~meshshard.partitioners._kernels.coarsen.visit_order`), in ``_PIECES`` ranges that two threads share: a
+#: stride through all of its ids misses the cache at nearly every visit, and blocks a few times faster on a mesh of
+#: a million nodes. Smaller levels, whose rows stay in the cache, keep the stride through all ids: the gmsh family
+#: (up to 120k nodes), on which the refinement was tuned, coarsens as before
+_LARGE_LEVEL = 1 << 17
+_MATCH_BLOCK = 16384
+#: the ranges a large level is matched in, and the most a large level is contracted in (see ``_SPLIT_NNZ``): more
+#: than two, so the thread that waits for the hierarchy takes a share from whenever it comes (from the last range on)
+_PIECES = 8
+#: greedy sweeps (:func:`~meshshard.partitioners._kernels.greedy.greedy_refine`) before the FM passes of the finest
+#: level of an uncoarsening: they smooth the boundary projected from the clusters' edges in one scan, and FM then
+#: does less (on the held-out meshes of ``bench_partition.py --only heldout``, in less time for about the same cut)
+_GREEDY_SWEEPS = 1
 #: FM passes on the finest level (and in the repair), at most; a pass that removes less than _MIN_GAIN of the cut is
 #: the last (fewer passes left a higher mean cut on the gmsh family; these cost little more time)
 _PASSES, _MIN_GAIN = 8, 1e-3
@@ -93,7 +114,8 @@ _COARSE_LEVEL_PASSES = 2
 #: FM passes on the start before the V-cycle: as good a refined cut on the gmsh family as more passes, in less time
 #: (fewer left some starts too poor for the V-cycle to recover)
 _START_PASSES = 4
-#: a level with at least this many CSR entries is contracted in two halves when a second thread waits (_contract)
+#: a level with at least this many CSR entries is contracted in ranges, one per this many entries (2 to ``_PIECES``),
+#: when a second thread waits (_contract)
 _SPLIT_NNZ = 100_000
 #: part ids inside the refinement (the result is int64): FM and rebalancing read a neighbour's part per edge
 #: (half the bytes of int64 per edge read; the same partitions)
@@ -131,8 +153,8 @@ _FORCED_REPAIR_CUT = 1.1
 
 
 def _stall(n: int) -> int:
-    """FM's stall limit on a level of ``n`` nodes (see ``_STALL``)."""
-    return max(_STALL, n // _STALL_DIV)
+    """FM's stall limit on a level of ``n`` nodes (see ``_STALL`` and ``_STALL_CAP``)."""
+    return max(_STALL, min(n // _STALL_DIV, _STALL_CAP))
 
 
 def _to_coarsest(levels, n: int) -> np.ndarray:
@@ -437,7 +459,7 @@ def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float
         # a unit level's matching and contraction read no edge weights: they get an empty C array in place of the
         # zero-stride view, so numba compiles them for one layout (a shorter first compilation)
         read = (g[0], g[1], _NO_EDGE_DATA, g[3]) if unit_level else g
-        cmap, nc, mate = match_in_parts(*read, a, max_vw, salt * 131 + depth, unit_level)
+        cmap, nc, mate = _match(read, a, max_vw, salt * 131 + depth, unit_level, helper)
         if nc > _MIN_SHRINK * (g[0].shape[0] - 1):
             break
         levels.append((cmap, g))
@@ -450,20 +472,51 @@ def _hierarchy(indptr, indices, data, vw, parts, num_parts: int, coarse_w: float
     return levels, g, a if a.shape[0] else np.zeros(g[0].shape[0] - 1, dtype=_PART_DTYPE)
 
 
+def _match(g, a, max_vw, salt, unit, helper=None):
+    """:func:`~meshshard.partitioners._kernels.coarsen.match_in_parts` of the graph ``g``; a level of at least
+    ``_LARGE_LEVEL`` nodes is matched in blocks of ``_MATCH_BLOCK`` ids, as ``_PIECES`` id ranges, each among itself
+    (:func:`~meshshard.partitioners._kernels.coarsen.match_range`, shared with the thread waiting on ``helper``, if
+    any: see :func:`_pieces`), then across the borders between them
+    (:func:`~meshshard.partitioners._kernels.coarsen.match_across`): the same matching whoever runs each range."""
+    n = g[0].shape[0] - 1
+    if n < _LARGE_LEVEL:
+        return match_in_parts(*g, a, max_vw, salt, unit)
+    chunk = -(-n // _PIECES)
+    mate = np.full(n, -1, dtype=g[1].dtype)
+    _pieces(helper, [(match_range, (*g, a, max_vw, salt, unit, _MATCH_BLOCK, lo, min(lo + chunk, n), mate))
+                     for lo in range(0, n, chunk)])
+    match_across(*g, a, max_vw, salt, unit, chunk, mate)
+    return coarse_ids(mate)
+
+
+def _pieces(helper, work):
+    """Run every ``(fn, args)`` of ``work`` -> their results, in order: with a ``helper``
+    (:class:`~meshshard.partitioners._concurrent.HelpedHandoff` whose waiter is idle), all but the first are offered
+    to the waiter, which takes them from the last on, while this thread runs them from the first on, taking back
+    those not yet taken (so the two share the work whenever the waiter comes)."""
+    if helper is None or not helper.helped or len(work) < 2:
+        return [fn(*args) for fn, args in work]
+    offered = [helper.offer(fn, *args) for fn, args in work[1:]]
+    fn, args = work[0]
+    return [fn(*args)] + [helper.collect(piece) for piece in offered]
+
+
 def _contract(g, cmap, mate, nc, helper=None, unit=False):
     """:func:`~meshshard.partitioners._kernels.coarsen.contract` of the graph ``g``; with a ``helper``
-    (:class:`~meshshard.partitioners._concurrent.HelpedHandoff`) and at least ``_SPLIT_NNZ`` entries, the second half
-    of the rows is offered to the thread waiting for the hierarchy (it idles there while the coarsening, longer
-    than its own work, goes on; its half is taken back if it is still busy), the same graph either way. ``unit``:
-    every edge of ``g`` weighs 1 (its weights are not read)."""
+    (:class:`~meshshard.partitioners._concurrent.HelpedHandoff`) and at least ``_SPLIT_NNZ`` entries, the rows are
+    contracted in ranges (see ``_SPLIT_NNZ``) shared with the thread waiting for the hierarchy (see :func:`_pieces`: it
+    idles there while the coarsening, longer than its own work, goes on), the same graph either way. ``unit``: every
+    edge of ``g`` weighs 1 (its weights are not read)."""
     n = cmap.shape[0]
     if helper is None or not helper.helped or g[1].shape[0] < _SPLIT_NNZ:
         return contract(*g, cmap, mate, nc, unit)
-    piece = helper.offer(contract_range, *g, cmap, mate, nc, n // 2, n, unit)
-    first = contract_range(*g, cmap, mate, nc, 0, n // 2, unit)
-    second = helper.collect(piece)
-    return (np.concatenate((first[0], second[0][1:] + first[0][-1])), np.concatenate((first[1], second[1])),
-            np.concatenate((first[2], second[2])), np.concatenate((first[3], second[3])))
+    chunk = -(-n // max(2, min(_PIECES, g[1].shape[0] // _SPLIT_NNZ)))
+    parts = _pieces(helper, [(contract_range, (*g, cmap, mate, nc, lo, min(lo + chunk, n), unit))
+                             for lo in range(0, n, chunk)])
+    offsets = np.cumsum([0] + [p[0][-1] for p in parts[:-1]])
+    indptr = np.concatenate([parts[0][0][:1]] + [p[0][1:] + off for p, off in zip(parts, offsets)])
+    return (indptr, np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]),
+            np.concatenate([p[3] for p in parts]))
 
 
 def _repair(indptr, indices, data, vw, assign: np.ndarray, num_parts: int, max_w: float, salt: int) -> np.ndarray:
@@ -572,6 +625,8 @@ def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w
     # largest, has little left to rebalance (less time than reaching max_w at the finest, the same cuts)
     bound = max_w + (coarse_w - max_w) * max(level - 1, 0) / max(len(levels) - 1, 1)
     rebalance(*g, a, num_parts, bound, salt + level, _COARSE_ROUNDS if level else -1, *cands, *quotient)
+    if level == 0:
+        greedy_refine(*g, a, num_parts, bound, _GREEDY_SWEEPS, *cands)
     cut = fm_refine(*g, a, num_parts, bound, _COARSE_LEVEL_PASSES if level else _PASSES, _stall(a.shape[0]),
                       _MIN_GAIN, salt + level, *cands)
     return a, cands[0], cut

@@ -133,9 +133,11 @@ def test_a_start_computed_beside_the_coarsening_gives_the_same_parts(data_dir, m
     assert beside.dtype == np.int64 and multilevel_refine(plain.astype(np.int32), 5, ei, seed=2).dtype == np.int64
 
 
-def test_a_waiting_caller_contracts_half_of_a_large_level(data_dir, monkeypatch):
-    # the hierarchy's thread offers the second half of each large contraction to the caller waiting for it:
-    # the levels must be the very ones built alone, and the caller must have run pieces
+@pytest.mark.parametrize("large_level", [1 << 40, 2000])
+def test_a_waiting_caller_shares_the_matching_and_contraction_of_large_levels(data_dir, monkeypatch, large_level):
+    # the hierarchy's thread offers pieces of each large contraction (and, on a level of _LARGE_LEVEL nodes or more,
+    # of its matching) to the caller waiting for it: the levels must be the very ones built alone, and the caller
+    # must have run pieces
     import threading
 
     import meshshard.partitioners.multilevel as ML
@@ -145,27 +147,35 @@ def test_a_waiting_caller_contracts_half_of_a_large_level(data_dir, monkeypatch)
     n = pts.shape[0]
     indptr, indices, data = _csr(ei, n, None)
     vw = np.ones(n)
+    monkeypatch.setattr(ML, "_LARGE_LEVEL", large_level)
+    monkeypatch.setattr(ML, "_MATCH_BLOCK", 512)
     alone = ML._hierarchy(indptr, indices, data, vw, None, 5, 1.1 * n / 5, 3, True)
     monkeypatch.setattr(ML, "_SPLIT_NNZ", 1000)
-    ran_by, caller_ran = [], threading.Event()
-    real_range = ML.contract_range
+    ran_by, caller_ran = {"contract": [], "match": []}, threading.Event()
 
-    def spy(*a):
-        ran_by.append(threading.current_thread().name)
-        if threading.current_thread().name == "coarsening":
-            caller_ran.wait(10)  # the first half waits for the caller to take the second: it always helps once
-        else:
-            caller_ran.set()
-        return real_range(*a)
+    def spy(real, kind):
+        def run(*a):
+            ran_by[kind].append(threading.current_thread().name)
+            if threading.current_thread().name == "coarsening":
+                caller_ran.wait(10)  # the first piece waits for the caller to take another: it always helps once
+            else:
+                caller_ran.set()
+            return real(*a)
+        return run
 
-    monkeypatch.setattr(ML, "contract_range", spy)
+    monkeypatch.setattr(ML, "contract_range", spy(ML.contract_range, "contract"))
+    monkeypatch.setattr(ML, "match_range", spy(ML.match_range, "match"))
     helped = HelpedHandoff(helped=True)
     worker = threading.Thread(target=lambda: helped.put(ML._hierarchy(indptr, indices, data, vw, None, 5, 1.1 * n / 5, 3,
                                                                         True, helped)), name="coarsening")
     worker.start()
     shared = helped.get()
     worker.join(30)
-    assert threading.current_thread().name in ran_by and "coarsening" in ran_by
+    assert threading.current_thread().name in ran_by["contract"] and "coarsening" in ran_by["contract"]
+    if large_level < n:  # the finest level (and maybe more) matched in ML._PIECES ranges, shared
+        assert len(ran_by["match"]) >= ML._PIECES and threading.current_thread().name in ran_by["match"]
+    else:
+        assert not ran_by["match"]
     (la, ga, aa), (ls, gs, as_) = alone, shared
     assert len(la) == len(ls) and all(np.array_equal(x, y) for x, y in zip(ga, gs)) and np.array_equal(aa, as_)
     for (ca, ga_), (cs, gs_) in zip(la, ls):
@@ -596,3 +606,26 @@ def test_refined_cut_on_a_lexicographically_numbered_hex_lattice():
         for seed in range(4):
             q = partition_quality(partition(pts, 7, method, edge_index=ei, seed=seed), ei)
             assert q["edge_cut"] <= 1.06 * metis and q["imbalance"] <= 1.01 + 1e-12, (method, seed, q["edge_cut"] / metis)
+
+
+def test_large_levels_give_the_same_parts_on_one_thread_or_two(data_dir, monkeypatch):
+    # a level of _LARGE_LEVEL nodes or more is matched in blocks, in ranges two threads share: the parts must not
+    # depend on who ran which range, and must refine the start as well as the stride through all ids does
+    import meshshard.partitioners.multilevel as ML
+    from meshshard.partitioners import _concurrent
+
+    pts, ei = mesh_arrays(data_dir, "cylinder_crossflow_re35.vtu")
+    n = pts.shape[0]
+    plain = partition(pts, 6, "hilbert", refine=False).assignment.numpy()
+    strided = multilevel_refine(plain, 6, ei, seed=1)
+    monkeypatch.setattr(ML, "_LARGE_LEVEL", 2000)
+    monkeypatch.setattr(ML, "_MATCH_BLOCK", 512)
+    monkeypatch.setattr(ML, "_SPLIT_NNZ", 2000)
+    got = {}
+    for two in (True, False):
+        monkeypatch.setattr(_concurrent, "second_cpu", lambda two=two: two)
+        got[two] = multilevel_refine(lambda: plain, 6, ei, seed=1, num_nodes=n)
+    assert np.array_equal(got[True], got[False])
+    cuts = [partition_quality(Partition(torch.from_numpy(a), 6), ei)["edge_cut"] for a in (plain, strided, got[True])]
+    assert cuts[2] < 0.9 * cuts[0] and cuts[2] <= 1.1 * cuts[1]
+    assert np.bincount(got[True], minlength=6).max() <= 1.01 * n / 6 + 1
