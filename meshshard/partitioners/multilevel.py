@@ -9,7 +9,7 @@ METIS and KaFFPa do when they uncoarsen, but starting from the given (geometric)
    one part and the coarse cut equals the fine cut; coarse node and edge weights are sums;
 2. at the coarsest level, then at each finer one after projecting the parts down: move nodes out
    of parts above the bound (cheapest first), then k-way Fiduccia-Mattheyses passes (gain heap,
-   hill climbing with rollback to the best prefix), on the finest level after a greedy sweep that takes every
+   hill climbing with rollback to the best prefix), on a large finest level after a greedy sweep that takes every
    move of positive gain (as METIS refines). Moving one coarse node moves a cluster.
 
 First, FM passes refine the (rebalanced) start itself on the finest level. The first V-cycle then
@@ -102,8 +102,10 @@ _MATCH_BLOCK = 16384
 #: than two, so the thread that waits for the hierarchy takes a share from whenever it comes (from the last range on)
 _PIECES = 8
 #: greedy sweeps (:func:`~meshshard.partitioners._kernels.greedy.greedy_refine`) before the FM passes of the finest
-#: level of an uncoarsening: they smooth the boundary projected from the clusters' edges in one scan, and FM then
-#: does less (on the held-out meshes of ``bench_partition.py --only heldout``, in less time for about the same cut)
+#: level of an uncoarsening, if it is a large level (``_LARGE_LEVEL``): they smooth the boundary projected from the
+#: clusters' edges in one scan, and FM then does less (on the held-out meshes of ``bench_partition.py --only
+#: heldout``, in less time for about the same cut); on the gmsh family's smaller meshes, whose FM passes cost little,
+#: a sweep raised the mean cut
 _GREEDY_SWEEPS = 1
 #: FM passes on the finest level (and in the repair), at most; a pass that removes less than _MIN_GAIN of the cut is
 #: the last (fewer passes left a higher mean cut on the gmsh family; these cost little more time)
@@ -625,7 +627,7 @@ def _refine_level(levels, level, a, listed, quotient, num_parts, max_w, coarse_w
     # largest, has little left to rebalance (less time than reaching max_w at the finest, the same cuts)
     bound = max_w + (coarse_w - max_w) * max(level - 1, 0) / max(len(levels) - 1, 1)
     rebalance(*g, a, num_parts, bound, salt + level, _COARSE_ROUNDS if level else -1, *cands, *quotient)
-    if level == 0:
+    if level == 0 and a.shape[0] >= _LARGE_LEVEL:
         greedy_refine(*g, a, num_parts, bound, _GREEDY_SWEEPS, *cands)
     cut = fm_refine(*g, a, num_parts, bound, _COARSE_LEVEL_PASSES if level else _PASSES, _stall(a.shape[0]),
                       _MIN_GAIN, salt + level, *cands)
