@@ -88,8 +88,8 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt, unit=False, 
 
     ``assign`` empty: match across parts (one part). ``unit``: every node and edge weighs 1 (the finest level of
     an unweighted graph), so the weights are not read; the same matching, without two reads per edge that miss
-    the cache. Two threads match a large graph as :func:`match_range` of two id ranges, then
-    :func:`match_across` and :func:`coarse_ids`.
+    the cache. Two threads match a large graph as :func:`match_range` of several id ranges, then
+    :func:`match_across` and :func:`coarse_ids` (a different matching from this one's, along the ranges' borders).
     """
     n = vw.shape[0]
     mate = np.full(n, -1, dtype=indices.dtype)  # node ids in the type of indices (int32 from multilevel)
@@ -97,7 +97,7 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt, unit=False, 
     return coarse_ids(mate)
 
 
-@njit(cache=True, nogil=True)  # two threads match two ranges of one graph
+@njit(cache=True, nogil=True)  # two threads match ranges of one graph at once
 def match_range(indptr, indices, data, vw, assign, max_vw, salt, unit, block, lo, hi, mate):
     """:func:`match_in_parts`'s matching of the nodes ``[lo, hi)`` among themselves, written into ``mate`` (-1 where
     not yet visited): ranges that do not overlap can be matched at once by two threads (each reads and writes only
