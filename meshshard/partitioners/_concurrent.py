@@ -233,13 +233,13 @@ class HelpedHandoff(Handoff):
 
     def get(self) -> Any:
         """The value put, running the pieces offered until then; an error handed over is raised."""
-        while self.help_once():
+        while self._run_one():
             pass
         return self._received()
 
-    def help_once(self) -> bool:
-        """Wait for the first piece offered and run it -> True; False (having run nothing) once the value (or an
-        error) is put. A caller with work of its own lends a hand with the first piece this way, then goes on."""
+    def _run_one(self) -> bool:
+        """Wait for a piece and run the last one offered -> True; False (having run nothing) once the value (or an
+        error) is put."""
         with self._cond:
             while not self._put and not self._offered:
                 self._cond.wait()

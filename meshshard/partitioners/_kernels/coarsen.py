@@ -75,11 +75,11 @@ def visit_order(n, salt, block=0):
 
 
 @njit(cache=True, nogil=True)  # multilevel coarsens on a second thread
-def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt, unit=False, block=0):
+def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt, unit=False):
     """Heavy-edge matching restricted to edges inside a part -> ``(cmap [n], nc, mate [n])``.
 
-    Nodes are visited in :func:`visit_order` (a stride of about ``0.618 n`` through the ids from a salted start,
-    or such strides through blocks of ``block`` ids), so the visit order does not follow a sweep of the numbering;
+    Nodes are visited in :func:`visit_order` (a stride of about ``0.618 n`` through the ids from a salted start),
+    so the visit order does not follow a sweep of the numbering;
     each unmatched node takes its unmatched neighbour in the same part over the edge of highest weight / (product
     of the two node weights): light pairs first, so clusters stay even (ties: the smaller hash), if the pair weighs
     at most ``max_vw``. Coarse node ids follow the smaller fine id of each pair (the fine graph's locality);
@@ -93,8 +93,37 @@ def match_in_parts(indptr, indices, data, vw, assign, max_vw, salt, unit=False, 
     """
     n = vw.shape[0]
     mate = np.full(n, -1, dtype=indices.dtype)  # node ids in the type of indices (int32 from multilevel)
-    match_range(indptr, indices, data, vw, assign, max_vw, salt, unit, block, 0, n, mate)
+    match_range(indptr, indices, data, vw, assign, max_vw, salt, unit, 0, 0, n, mate)
     return coarse_ids(mate)
+
+
+@njit(cache=True, inline="always")
+def _best_partner(u, indptr, indices, data, vw, assign, max_vw, salt, unit, lo, hi, inside, mate):
+    """``u``'s best unmatched neighbour in its part (-1: none): the edge of highest weight / (product of the two node
+    weights) whose pair weighs at most ``max_vw`` (ties: the smaller hash). ``inside``: neighbours in ``[lo, hi)``,
+    not yet visited (``mate`` -1); else neighbours outside it, visited and left alone (``mate[v] == v``)."""
+    free = assign.shape[0] == 0
+    au = 0 if free else assign[u]
+    vu = 1.0 if unit else vw[u]
+    best, best_w, best_h = -1, -1.0, np.uint64(0)
+    for e in range(indptr[u], indptr[u + 1]):
+        v = indices[e]
+        if (lo <= v < hi) != inside or mate[v] != (-1 if inside else v) or v == u or (not free and assign[v] != au):
+            continue
+        if unit:  # the rating below is 1 for every edge
+            if 2.0 > max_vw:
+                continue
+            w = 1.0
+        else:
+            vv = vw[v]
+            if vu + vv > max_vw:
+                continue
+            w = data[e] / (vu * vv) if vu * vv > 0.0 else data[e]
+        if w >= best_w:  # the hash only for a tie or better, once
+            h = mix(v, salt)
+            if w > best_w or h < best_h:
+                best, best_w, best_h = v, w, h
+    return best
 
 
 @njit(cache=True, nogil=True)  # two threads match ranges of one graph at once
@@ -102,7 +131,6 @@ def match_range(indptr, indices, data, vw, assign, max_vw, salt, unit, block, lo
     """:func:`match_in_parts`'s matching of the nodes ``[lo, hi)`` among themselves, written into ``mate`` (-1 where
     not yet visited): ranges that do not overlap can be matched at once by two threads (each reads and writes only
     its own range's entries of ``mate``). Visits ``lo + visit_order(hi - lo, salt, block)``."""
-    free = assign.shape[0] == 0
     # visit order: a golden-ratio stride through the ids, from a salted start. In id order, a sweep-like
     # numbering (a structured grid, lexicographically sorted points) pairs each node with its neighbour one
     # step on along the sweep: coarse graphs grow stretched and the refined cut is far worse than strided on a
@@ -110,68 +138,26 @@ def match_range(indptr, indices, data, vw, assign, max_vw, salt, unit, block, lo
     # on the gmsh family. The cost: a few more nodes stay unmatched per level, and on a large graph the visits miss
     # the cache; strides inside blocks of ids (block > 0) keep them in the cache, for refined cuts as low as the
     # stride through all ids on meshes of 0.5-1M nodes (multilevel uses them on large levels only).
-    # Ties between equal edges: the smaller hash. (The node's body is written out here, not in an inlined helper
-    # shared with match_across: inlined, the loop ran at half the speed.)
     order = visit_order(hi - lo, salt, block)
     for i in range(hi - lo):
         u = lo + order[i]
         if mate[u] >= 0:
             continue
-        best, best_w, best_h = -1, -1.0, np.uint64(0)
-        au = 0 if free else assign[u]
-        vu = 1.0 if unit else vw[u]
-        for e in range(indptr[u], indptr[u + 1]):
-            v = indices[e]
-            if v < lo or v >= hi or mate[v] >= 0 or v == u or (not free and assign[v] != au):
-                continue
-            if unit:  # the rating below is 1 for every edge
-                if 2.0 > max_vw:
-                    continue
-                w = 1.0
-            else:
-                vv = vw[v]
-                if vu + vv > max_vw:
-                    continue
-                w = data[e] / (vu * vv) if vu * vv > 0.0 else data[e]
-            if w >= best_w:  # the hash only for a tie or better, once
-                h = mix(v, salt)
-                if w > best_w or h < best_h:
-                    best, best_w, best_h = v, w, h
+        best = _best_partner(u, indptr, indices, data, vw, assign, max_vw, salt, unit, lo, hi, True, mate)
+        mate[u] = u if best < 0 else best
         if best >= 0:
-            mate[u] = best
             mate[best] = u
-        else:
-            mate[u] = u
 
 
 @njit(cache=True, nogil=True)
 def match_across(indptr, indices, data, vw, assign, max_vw, salt, unit, chunk, mate):
     """After :func:`match_range` of each range ``[k chunk, (k + 1) chunk)``: the nodes left unmatched take an unmatched
     neighbour in another range by the same rating (in id order: they are few, along the borders)."""
-    free = assign.shape[0] == 0
     for u in range(mate.shape[0]):
         if mate[u] != u:
             continue
-        best, best_w, best_h = -1, -1.0, np.uint64(0)
-        au = 0 if free else assign[u]
-        vu = 1.0 if unit else vw[u]
-        for e in range(indptr[u], indptr[u + 1]):
-            v = indices[e]
-            if v // chunk == u // chunk or mate[v] != v or (not free and assign[v] != au):
-                continue
-            if unit:
-                if 2.0 > max_vw:
-                    continue
-                w = 1.0
-            else:
-                vv = vw[v]
-                if vu + vv > max_vw:
-                    continue
-                w = data[e] / (vu * vv) if vu * vv > 0.0 else data[e]
-            if w >= best_w:
-                h = mix(v, salt)
-                if w > best_w or h < best_h:
-                    best, best_w, best_h = v, w, h
+        lo = u // chunk * chunk
+        best = _best_partner(u, indptr, indices, data, vw, assign, max_vw, salt, unit, lo, lo + chunk, False, mate)
         if best >= 0:
             mate[u] = best
             mate[best] = u
