@@ -5,7 +5,8 @@ from typing import Optional
 
 import numpy as np
 
-from meshshard.partitioners._kernels.axis_split import split_at, widest_axis_values
+from meshshard.partitioners._kernels.axis_split import widest_axis_values
+from meshshard.partitioners._runs import bisect_range
 
 __all__ = ["rcb_assignment"]
 
@@ -45,32 +46,17 @@ def rcb_assignment(points: np.ndarray, num_parts: int, weights: Optional[np.ndar
             assign[idx[start:end]] = first
             continue
         k_left = k // 2
-        k_right = k - k_left
-        m = end - start
         if weights is None:
             v = widest_axis_values(coords, half, idx, start, end)
-            n_left = int(round(m * k_left / k))
-            n_left = min(max(n_left, k_left), m - k_right)  # every part keeps >= 1 node
-            split_at(v, np.partition(v, n_left - 1)[n_left - 1], idx, start, end, n_left)
-            del v
         else:
             seg = idx[start:end]
             vals = [c.take(seg) for c in cols]
             extents = [float(v.max() * 0.5 - v.min() * 0.5) for v in vals]  # halves: no overflow near 1e308
-            axis = int(np.argmax(extents))  # first axis on ties: deterministic
-            v = vals[axis]
-            del vals
-            order = np.lexsort((seg, v))  # by value, ties by global id
-            cum = np.cumsum(weights.take(seg.take(order)))
-            target = cum[-1] * k_left / k
-            hi = int(np.searchsorted(cum, target, side="left")) + 1
-            lo = hi - 1
-            w_lo = cum[lo - 1] if lo > 0 else 0.0
-            w_hi = cum[min(hi - 1, m - 1)]
-            n_left = lo if target - w_lo <= w_hi - target else hi
-            n_left = min(max(n_left, k_left), m - k_right)
-            idx[start:end] = seg.take(order)
-            del order, v
+            v = vals[int(np.argmax(extents))]  # first axis on ties: deterministic
+            del vals, seg
+        n_left = bisect_range(v, idx, start, end, k_left, k, weights)
+        del v
+        k_right = k - k_left
         stack.append((start + n_left, end, first + k_left, k_right))
         stack.append((start, start + n_left, first, k_left))
     return assign

@@ -141,7 +141,7 @@ class KDTreePartitioner(BasePartitioner):
 class InertialPartitioner(BasePartitioner):
     r"""Recursive inertial bisection (``"inertial"``), as Zoltan's RIB.
 
-    Each subdomain is cut across its weighted principal axis (scikit-learn's PCA) at the
+    Each subdomain is cut across its weighted principal axis (the covariance's top eigenvector) at the
     weighted position that balances the halves in the ratio of their part counts, so any
     ``num_parts`` balances. On rotated or elongated geometry the cuts are shorter than the
     axis-aligned ones of ``"kdtree"``. See :class:`BasePartitioner` for the options.

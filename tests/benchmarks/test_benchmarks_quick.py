@@ -55,7 +55,7 @@ def test_bench_partition_heldout():
     rows = [line for line in out.splitlines() if line.startswith(("| hex block with a cylindrical hole", "| NACA 0012"))]
     assert [line.split(" | ")[2] for line in rows] == ["16", "16", "7"], rows  # the part counts of the three cases
     checks = [line for line in out.splitlines() if "worst held-out mesh" in line]
-    assert len(checks) == 4, checks  # cut and time of kdtree and hilbert feed the targets table
+    assert len(checks) == 6, checks  # cut and time of kdtree, hilbert and inertial feed the targets table
 
 
 def test_paired_timing_divides_each_run_by_the_baseline_beside_it(monkeypatch):
