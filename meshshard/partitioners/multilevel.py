@@ -64,7 +64,8 @@ from meshshard.partitioners._kernels import rebalance as rebalancing
 from meshshard.partitioners._kernels.candidates import boundary_candidates, project_candidates
 from meshshard.partitioners._kernels.coarsen import (coarse_ids, contract, contract_range, majority_parts, match_across,
                                                      match_in_parts, match_range)
-from meshshard.partitioners._kernels.components import label_components, label_components_edges
+from meshshard.partitioners._kernels.components import (join_across, label_components, label_components_edges,
+                                                        union_in_range)
 from meshshard.partitioners._kernels.csr import build_csr
 from meshshard.partitioners._kernels.fm import fm_refine
 from meshshard.partitioners._kernels.grow import grow_parts
@@ -143,6 +144,8 @@ _COARSEST_PASSES = 4
 _BISECT_TRIES = 8
 #: with ``tries > 1``, try ``k`` salts its matching and tie-breaks with ``salt + k * _TRY_SALT``
 _TRY_SALT = 7919
+#: the edges between node ranges that union_in_range sets aside when the range ends at the last node: none
+_NO_CROSS = np.empty(0, dtype=np.int64)
 #: rebalance builds the parts' adjacency itself
 _NO_QUOTIENT = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
 #: at the coarsest level, pieces of parts may merge into neighbours up to this x the mean weight
@@ -521,14 +524,31 @@ def _contract(g, cmap, mate, nc, helper=None, unit=False):
             np.concatenate([p[3] for p in parts]))
 
 
+def _pieces_of_parts(indptr, indices, assign: np.ndarray) -> int:
+    """The number of connected pieces of all parts together (:func:`~meshshard.partitioners._kernels.components.
+    label_components`'s count), the halves of the node ids joined at once on two threads (the count does not depend
+    on the threads)."""
+    n = assign.shape[0]
+    parent = np.arange(n, dtype=np.int64)
+    mid = n // 2
+    upper = Concurrent(union_in_range, indptr, indices, assign, parent, mid, n, _NO_CROSS)  # no node above n
+    cross = np.empty(2 * int(indptr[mid]), dtype=np.int64)
+    k = union_in_range(indptr, indices, assign, parent, 0, mid, cross)
+    upper.result()
+    return join_across(parent, cross, k)
+
+
 def _repair(indptr, indices, data, vw, assign: np.ndarray, num_parts: int, max_w: float, salt: int) -> np.ndarray:
     """Parts made whole: ``assign`` with its pieces merged into neighbouring parts (may be ``assign`` itself).
 
     Pieces that fit their best neighbour within ``max_w`` merge into it. If some do not (a part split into two
     large pieces), every piece merges regardless, the overweight parts are rebalanced and FM passes follow;
     that result is kept when it is within the bound, has fewer pieces and cuts at most ``_FORCED_REPAIR_CUT``
-    times as much. Pieces with no edge to another part (a separate component of the graph) stay.
+    times as much. Pieces with no edge to another part (a separate component of the graph) stay. The usual case, every
+    part in one piece, is told first by :func:`_pieces_of_parts`, on two threads.
     """
+    if _pieces_of_parts(indptr, indices, assign) == np.count_nonzero(np.bincount(assign, minlength=num_parts)):
+        return assign
     left = repair_components(indptr, indices, data, vw, assign, num_parts, max_w)
     if left == 0:
         return assign

@@ -1,7 +1,9 @@
 """Compiled (numba) connected components of each part, and the repair that merges a part's pieces into neighbours.
 
 Union-find over the edges (CSR or edge list), each set rooted at its smallest node, so labels are numbered in
-the order of each component's smallest node id.
+the order of each component's smallest node id. Two threads count the pieces of a large graph's parts: each joins
+the edges inside its range of node ids (:func:`union_in_range`), then the edges between the ranges are joined
+(:func:`join_across`).
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import numpy as np
 from meshshard.partitioners._kernels.jit import njit
 from meshshard.partitioners._kernels.csr import group_by_label, part_loads
 
-__all__ = ['label_components', 'label_components_edges', 'repair_components']
+__all__ = ['label_components', 'label_components_edges', 'repair_components', 'union_in_range', 'join_across']
 
 
 @njit(cache=True, inline="always")
@@ -66,6 +68,40 @@ def label_components(indptr, indices, assign):
             if v > u and assign[v] == a:
                 _union(parent, u, v)
     return _labels(parent)
+
+
+@njit(cache=True, nogil=True)  # two threads join two ranges at once
+def union_in_range(indptr, indices, assign, parent, lo, hi, cross):
+    """:func:`label_components`'s union-find of the edges inside a part between the nodes ``[lo, hi)``, into
+    ``parent`` (int64 ``[n]``, ``parent[u] = u`` to start); such an edge to a node at or above ``hi`` is written into
+    ``cross`` as a pair instead (for :func:`join_across`). Reads and writes only ``parent[lo:hi]``: two threads can join
+    two ranges at once. Returns the entries written into ``cross`` (twice the edges)."""
+    k = 0
+    for u in range(lo, hi):
+        a = assign[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            v = indices[e]
+            if v > u and assign[v] == a:
+                if v < hi:
+                    _union(parent, u, v)
+                else:
+                    cross[k] = u
+                    cross[k + 1] = v
+                    k += 2
+    return k
+
+
+@njit(cache=True, nogil=True)
+def join_across(parent, cross, k):
+    """Join the pairs ``cross[:k]`` that :func:`union_in_range` set aside -> the number of sets: with every range joined
+    before, :func:`label_components`'s count."""
+    for i in range(0, k, 2):
+        _union(parent, cross[i], cross[i + 1])
+    count = 0
+    for u in range(parent.shape[0]):
+        if parent[u] == u:
+            count += 1
+    return count
 
 
 @njit(cache=True, nogil=True)  # save_parts runs it in a thread beside the writing

@@ -2,9 +2,10 @@
 import numpy as np
 
 from meshshard.partitioners import partition
-from meshshard.partitioners._kernels.components import label_components, label_components_edges, repair_components
+from meshshard.partitioners._kernels.components import (join_across, label_components, label_components_edges,
+                                                        repair_components, union_in_range)
 from meshshard.partitioners._kernels.csr import cut_weight
-from meshshard.partitioners.multilevel import _csr, part_components
+from meshshard.partitioners.multilevel import _csr, _pieces_of_parts, part_components
 from tests.partitioners._meshes import grid_graph, mesh_arrays
 
 
@@ -55,5 +56,14 @@ def test_component_labels_match_scipy_per_part(data_dir):
                              label_components_edges(ei[1], ei[0], assign)):
             assert count == want_count and np.array_equal(label, order[want])
         assert count > assign.max() + 1  # both starts split some part: the check sees more than one piece per part
+        # two ranges of node ids joined apart, then the edges between them: the same count, wherever the ranges meet
+        for mid in (0, 1, n // 3, n - 1, n):
+            parent = np.arange(n, dtype=np.int64)
+            cross = np.empty(2 * int(indptr[mid]), dtype=np.int64)
+            k = union_in_range(indptr, indices, assign, parent, 0, mid, cross)
+            assert union_in_range(indptr, indices, assign, parent, mid, n, np.empty(0, dtype=np.int64)) == 0
+            assert (parent[mid:] >= mid).all()  # the upper range's joins stayed in it
+            assert join_across(parent, cross, k) == want_count, mid
+        assert _pieces_of_parts(indptr, indices, assign.astype(np.int32)) == want_count
         pieces = part_components(assign, one_way, int(assign.max()) + 1)
         assert np.array_equal(pieces, np.bincount(assign[first], minlength=int(assign.max()) + 1))
