@@ -177,26 +177,47 @@ def coarse_ids(mate):
     return cmap, nc, mate
 
 
+#: majority_parts tallies in a dense ``[num_coarse, P]`` table up to this many entries (the coarsest level of a
+#: V-cycle: about ``30 P`` nodes, so up to about 370 parts), one pass over the fine nodes in id order; above, it
+#: groups the fine nodes by coarse node first (a dense table would grow as ``P^2``)
+_DENSE_TALLY = 1 << 22
+
+
 @njit(cache=True, nogil=True)
 def majority_parts(to_coarse, fine, vw, num_coarse, num_parts):
     """Each coarse node's part: the one holding most of its fine nodes' weight (ties: the lowest id).
 
     ``to_coarse`` int64 ``[n]``: each fine node's coarse node; ``fine`` int64 ``[n]``: its part. Returns
-    int64 ``[num_coarse]``. Counting sort by coarse node, then one tally per coarse node over a
-    ``[P]`` scratch: O(n + P), where a dense ``[num_coarse, P]`` table would grow as P^2.
+    int64 ``[num_coarse]``. Up to ``_DENSE_TALLY`` entries ``num_coarse * P``, one pass adds the weights into a dense
+    table; above, a counting sort by coarse node, then one tally per coarse node over a ``[P]`` scratch: O(n + P).
+    Either way each sum adds its fine nodes in id order (the same result).
     """
-    start, members = group_by_label(to_coarse, num_coarse)
     out = np.zeros(num_coarse, dtype=np.int64)
+    if num_coarse * num_parts <= _DENSE_TALLY:
+        table = np.zeros((num_coarse, num_parts))
+        seen = np.zeros((num_coarse, num_parts), dtype=np.bool_)
+        for u in range(to_coarse.shape[0]):
+            c, p = to_coarse[u], fine[u]
+            table[c, p] += vw[u]
+            seen[c, p] = True
+        for c in range(num_coarse):
+            best = -1
+            for p in range(num_parts):  # a part with no member never wins, even at weight 0
+                if seen[c, p] and (best < 0 or table[c, p] > table[c, best]):
+                    best = p
+            out[c] = max(best, 0)
+        return out
+    start, members = group_by_label(to_coarse, num_coarse)
     w = np.zeros(num_parts)
-    seen = np.zeros(num_parts, dtype=np.bool_)
+    seen_p = np.zeros(num_parts, dtype=np.bool_)
     touched = np.empty(num_parts, dtype=np.int64)
     for c in range(num_coarse):
         nt = 0
         for k in range(start[c], start[c + 1]):
             u = members[k]
             p = fine[u]
-            if not seen[p]:
-                seen[p] = True
+            if not seen_p[p]:
+                seen_p[p] = True
                 touched[nt] = p
                 nt += 1
             w[p] += vw[u]
@@ -207,7 +228,7 @@ def majority_parts(to_coarse, fine, vw, num_coarse, num_parts):
                 best = p
         for i in range(nt):
             w[touched[i]] = 0.0
-            seen[touched[i]] = False
+            seen_p[touched[i]] = False
         out[c] = max(best, 0)
     return out
 

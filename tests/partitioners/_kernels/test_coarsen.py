@@ -46,17 +46,18 @@ def test_coarsening_keeps_parts_and_cut(data_dir):
 
 
 def test_majority_parts_is_the_heaviest_part_of_each_cluster():
-
+    # a dense table of the coarse nodes' tallies, and (above 2^22 entries) tallies of the fine nodes grouped by coarse
+    # node: the same rule either way
     rng = np.random.default_rng(1)
-    n, nc, p = 3000, 200, 9
-    to_coarse, fine = rng.integers(0, nc, n), rng.integers(0, p, n)
-    w = rng.integers(0, 3, n).astype(float)  # zero weights and many ties
-    table = np.zeros((nc, p))
-    np.add.at(table, (to_coarse, fine), w)
-    present = np.zeros((nc, p), dtype=bool)
-    present[to_coarse, fine] = True
-    table[~present] = -1.0  # a part with no member never wins, even at weight 0
-    assert np.array_equal(majority_parts(to_coarse, fine, w, nc, p), table.argmax(1))  # argmax: lowest id on ties
+    for n, nc, p in ((3000, 200, 9), (700_000, 300_000, 16)):
+        to_coarse, fine = rng.integers(0, nc, n), rng.integers(0, p, n)
+        w = rng.integers(0, 3, n).astype(float)  # zero weights and many ties
+        table = np.zeros((nc, p))
+        np.add.at(table, (to_coarse, fine), w)
+        present = np.zeros((nc, p), dtype=bool)
+        present[to_coarse, fine] = True
+        table[~present] = -1.0  # a part with no member never wins, even at weight 0
+        assert np.array_equal(majority_parts(to_coarse, fine, w, nc, p), table.argmax(1))  # argmax: lowest id on ties
 
 
 def test_matching_visits_every_node_once_with_a_spread_stride():
