@@ -12,7 +12,7 @@ from meshshard.partitioners._kernels.jit import any_layout, njit
 from meshshard.partitioners._kernels.candidates import list_around, candidate_cut
 from meshshard.partitioners._kernels.csr import part_loads
 from meshshard.partitioners._kernels.heap import heap_pop, heap_push
-from meshshard.partitioners._kernels.moves import best_move, scan_move
+from meshshard.partitioners._kernels.moves import best_move, move_node, scan_move
 from meshshard.partitioners._kernels.tiebreak import mix
 
 __all__ = ['fm_refine']
@@ -223,11 +223,7 @@ def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, 
             if g2 != g:  # stale entry (a neighbour moved or a part filled up): queue the fresh gain
                 size = heap_push(hk, ht, hn, size, g2, mix(u, s), u)
                 continue
-            assign[u] = t
-            part_w[src] -= vw[u]
-            part_w[t] += vw[u]
-            sizes[src] -= 1
-            sizes[t] += 1
+            move_node(u, src, t, assign, vw, part_w, sizes)
             locked[u] = True
             log_node[nmoves] = u
             log_from[nmoves] = src
@@ -262,13 +258,9 @@ def _fm_passes(indptr, indices, data, vw, assign, num_parts, max_w, max_passes, 
         for i in range(nmoves - 1, best_len - 1, -1):  # roll back past the best prefix
             u, src = log_node[i], log_from[i]
             t = assign[u]
-            assign[u] = src
+            move_node(u, t, src, assign, vw, part_w, sizes)
             if rows.ndim == 2:
                 _shift_rows(u, t, src, indptr, indices, data, slot, row_w, row_n)
-            part_w[t] -= vw[u]
-            part_w[src] += vw[u]
-            sizes[t] -= 1
-            sizes[src] += 1
         for i in range(best_len):  # the kept moves may have made their neighbours boundary nodes
             u = log_node[i]
             nc = list_around(u, indptr, indices, listed, cand, nc)

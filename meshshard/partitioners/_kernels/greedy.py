@@ -14,7 +14,7 @@ import numpy as np
 from meshshard.partitioners._kernels.candidates import list_around
 from meshshard.partitioners._kernels.csr import part_loads
 from meshshard.partitioners._kernels.jit import njit
-from meshshard.partitioners._kernels.moves import best_move
+from meshshard.partitioners._kernels.moves import best_move, move_node
 
 __all__ = ["greedy_refine"]
 
@@ -45,11 +45,7 @@ def greedy_refine(indptr, indices, data, vw, assign, num_parts, max_w, max_sweep
             # a move of zero gain only towards a lighter part: it cannot undo itself, so sweeps end
             if t < 0 or not (g > 0.0 or (g == 0.0 and part_w[t] + vw[u] < part_w[src])):
                 continue
-            assign[u] = t
-            part_w[src] -= vw[u]
-            part_w[t] += vw[u]
-            sizes[src] -= 1
-            sizes[t] += 1
+            move_node(u, src, t, assign, vw, part_w, sizes)
             moved += 1
             removed += g
             nc = list_around(u, indptr, indices, listed, cand, nc)

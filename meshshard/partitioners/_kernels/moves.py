@@ -1,7 +1,8 @@
 """Compiled (numba) rating of one node's move: its edge weight to each neighbouring part and its best feasible target.
 
-Shared by FM (:mod:`~meshshard.partitioners._kernels.fm`) and rebalancing
-(:mod:`~meshshard.partitioners._kernels.rebalance`). The helpers are inlined into their callers
+Shared by FM (:mod:`~meshshard.partitioners._kernels.fm`), rebalancing
+(:mod:`~meshshard.partitioners._kernels.rebalance`) and the greedy sweeps
+(:mod:`~meshshard.partitioners._kernels.greedy`), which also move a node with :func:`move_node`. The helpers are inlined into their callers
 (``inline="always"``): a call between numba functions passes every array as a struct and counts its
 references, which costs more than these short bodies.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from meshshard.partitioners._kernels.jit import njit
 
-__all__ = ["tally", "untally", "feasible_target", "scan_move", "best_move"]
+__all__ = ["tally", "untally", "feasible_target", "scan_move", "best_move", "move_node"]
 
 
 @njit(cache=True, inline="always")
@@ -80,3 +81,14 @@ def best_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched
     """:func:`scan_move`'s ``(gain, target)``."""
     gain, best, _, _ = scan_move(u, indptr, indices, data, assign, vw, part_w, max_w, conn, touched)
     return gain, best
+
+
+@njit(cache=True, inline="always")
+def move_node(u, src, t, assign, vw, part_w, sizes):
+    """Move ``u`` from part ``src`` to part ``t``: its part, and both parts' weights ``part_w`` and node counts
+    ``sizes``."""
+    assign[u] = t
+    part_w[src] -= vw[u]
+    part_w[t] += vw[u]
+    sizes[src] -= 1
+    sizes[t] += 1

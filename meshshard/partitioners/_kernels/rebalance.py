@@ -11,7 +11,7 @@ from meshshard.partitioners._kernels.jit import njit
 from meshshard.partitioners._kernels.candidates import list_around
 from meshshard.partitioners._kernels.csr import part_loads
 from meshshard.partitioners._kernels.heap import heap_pop, heap_push
-from meshshard.partitioners._kernels.moves import feasible_target, tally, untally
+from meshshard.partitioners._kernels.moves import feasible_target, move_node, tally, untally
 from meshshard.partitioners._kernels.tiebreak import mix
 
 __all__ = ['quotient_graph', 'rebalance']
@@ -165,11 +165,7 @@ def rebalance(indptr, indices, data, vw, assign, num_parts, max_w, salt, max_rou
             if g2 != g:
                 size = heap_push(hk, ht, hn, size, g2, mix(u, s), u)
                 continue
-            assign[u] = t
-            part_w[src] -= vw[u]
-            part_w[t] += vw[u]
-            sizes[src] -= 1
-            sizes[t] += 1
+            move_node(u, src, t, assign, vw, part_w, sizes)
             moved += 1
             nc = list_around(u, indptr, indices, listed, cand, nc)
             if part_w[src] <= max_w and not _any_over(part_w, max_w):
